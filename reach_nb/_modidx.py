@@ -316,6 +316,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.tools.ToolRegistry._prepare': ('tools.html#toolregistry._prepare', 'reach_nb/tools.py'),
                                 'reach_nb.tools.ToolRegistry._repr_markdown_': ( 'tools.html#toolregistry._repr_markdown_',
                                                                                  'reach_nb/tools.py'),
+                                'reach_nb.tools.ToolRegistry._start': ('tools.html#toolregistry._start', 'reach_nb/tools.py'),
                                 'reach_nb.tools.ToolRegistry._unknown_text': ('tools.html#toolregistry._unknown_text', 'reach_nb/tools.py'),
                                 'reach_nb.tools.ToolRegistry.acall': ('tools.html#toolregistry.acall', 'reach_nb/tools.py'),
                                 'reach_nb.tools.ToolRegistry.acall_many': ('tools.html#toolregistry.acall_many', 'reach_nb/tools.py'),
