@@ -1,0 +1,122 @@
+"The risk tools across processes, under time limits and attack, and on the generated dataset."
+import json, subprocess, sys, textwrap
+from pathlib import Path
+import duckdb, pytest
+from reach_nb.risk_data import build_dataset, ground_truth, table_checksums
+from reach_nb.risk_tools import RiskWorkspace, risk_registry, tiny_dataset
+
+LAST_WEEK = ('2026-06-24', '2026-06-30')
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    "The notebook's small dataset with its planted spike (channel c05, game g02)."
+    return tiny_dataset(tmp_path_factory.mktemp('tiny')/'tiny.duckdb')
+
+@pytest.fixture(scope='module')
+def generated(tmp_path_factory):
+    "A 200,000-row dataset from reach_nb.risk_data."
+    return build_dataset(tmp_path_factory.mktemp('gen')/'risk.duckdb', rows=200_000)
+
+def _python(code:str, timeout=120) -> str:
+    "Run `code` in a fresh interpreter; its stdout."
+    r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+def test_procedures_tasks_and_results_persist_across_processes(tiny, tmp_path):
+    store = tmp_path/'store.sqlite'
+    made = _python(f"""
+        from reach_nb.risk_tools import RiskWorkspace
+        ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
+        print(ws.create_procedure('spike drivers', [{{'operator': 'concentration', 'params': {{'dims': ['channel_id', 'game_id']}}}}, {{'operator': 'trend'}}]))
+        print(ws.create_task('proc_0001', '2026-06-24', '2026-06-30', filters={{'currency': ['CNY', 'HKD']}}, name='last week'))""")
+    assert made.startswith("Created procedure proc_0001 'spike drivers' with 2 steps:") and "Created task task_0001 'last week'" in made
+    ran = _python(f"""
+        from reach_nb.risk_tools import RiskWorkspace
+        ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
+        print(ws.list_tasks())
+        print(ws.run_task('task_0001'))""")
+    assert '| task_0001 | last week | proc_0001 | 2026-06-24..2026-06-30 | 2026-05-27..2026-06-23 | currency=CNY/HKD | created |' in ran
+    assert "task_0001 'last week' done:" in ran and '[1] concentration: amount ' in ran and '[2] trend: daily amount ' in ran
+    read = _python(f"""
+        from reach_nb.risk_tools import RiskWorkspace
+        ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
+        print(ws.list_tasks(status='done'))
+        print(ws.get_result('task_0001', step=1, top=1))""")
+    assert '| task_0001 | last week |' in read and '| channel_id | 1 | c05 | Bargain Top-up (discount) |' in read and '| game_id | 1 | g02 |' in read
+
+def test_ids_stay_unique_when_processes_write_at_once(tiny, tmp_path):
+    code = f"""
+        from reach_nb.risk_tools import RiskWorkspace
+        ws = RiskWorkspace({str(tiny)!r}, store={str(tmp_path/'store.sqlite')!r}, kb={str(tmp_path)!r})
+        for i in range(5): print(ws.create_procedure(f'p{{i}}', [{{'operator': 'trend'}}]).split()[2])"""
+    procs = [subprocess.Popen([sys.executable, '-c', textwrap.dedent(code)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    ids = [line for p in procs for line in p.communicate(timeout=120)[0].split()]
+    assert sorted(ids) == [f'proc_{n:04d}' for n in range(1, 21)]
+
+def test_time_limit_gives_a_clear_error_and_the_connection_survives(generated, tmp_path):
+    ws = RiskWorkspace(generated, store=tmp_path/'s.sqlite', kb=tmp_path)
+    reg = risk_registry(ws)
+    dims = ['user_id', 'muid', 'payer_id', 'item_id', 'channel_id', 'game_id', 'currency', 'channel_type']
+    ws.create_procedure('everything', [{'operator': 'concentration', 'params': {'dims': dims}}, {'operator': 'trend'}])
+    ws.create_task('proc_0001', '2026-05-01', '2026-06-30', '2026-04-02', '2026-04-30')
+    ws.db.query_timeout = 0.001  # far too short for a scan of 200,000 rows over 8 grouping sets
+    out = reg.call('run_task', {'task_id': 'task_0001'}).content
+    assert '[1] concentration: FAILED: query exceeded 0.001 s; narrow the window or filters' in out, out
+    assert "task_0001 'everything 2026-05-01..2026-06-30' failed" in out and "[2] trend: " in out  # the other step still ran
+    assert '| task_0001 | everything 2026-05-01..2026-06-30 | proc_0001 |' in ws.list_tasks('failed')
+    ws.db.query_timeout = 20  # the same connection with a sane limit still answers
+    out = reg.call('run_task', {'task_id': 'task_0001'}).content
+    assert "'everything 2026-05-01..2026-06-30' done" in out and '[1] concentration: amount ' in out, out
+    assert ws.db.run("SELECT count(*) FROM transactions").rows[0][0] > 190_000
+
+def test_read_only_and_injection(tiny, tmp_path):
+    before = table_checksums(tiny)
+    ws = RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path)
+    for sql in ["DROP TABLE fraud_labels", "INSERT INTO transactions (txn_id) VALUES (-1)", "CREATE TABLE x AS SELECT 1"]:
+        with pytest.raises(duckdb.Error, match='read-only'): ws.db.con.execute(sql)
+    reg = risk_registry(ws)
+    assert reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'concentration'}]}).ok
+    evil = ["x' OR 1=1 --", "'; DROP TABLE transactions; --", 'c05" OR "1"="1']
+    assert reg.call('create_task', {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1], 'filters': {'channel_id': evil}}).ok
+    out = reg.call('run_task', {'task_id': 'task_0001'}).content
+    assert '[1] concentration: no successful payments in the window or the baseline' in out, out  # the values are only values
+    bad = reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'aggregate', 'params': {'by': ['user_id; DROP TABLE x']}}]})
+    assert not bad.ok and "unknown dimension 'user_id; DROP TABLE x'" in bad.content and 'allowed: user_id, muid' in bad.content
+    bad = reg.call('create_task', {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1], 'filters': {'1=1) OR (channel_id': 'c05'}})
+    assert not bad.ok and 'unknown filter column' in bad.content
+    assert table_checksums(tiny) == before
+
+def test_the_ground_truth_is_invisible(tiny, tmp_path):
+    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+    listed = reg.call('list_datasets', {}).content + reg.call('list_operators', {}).content + reg.call('describe_dataset', {'dataset': 'transactions'}).content
+    assert 'fraud' not in listed and 'incident' not in listed and 'dataset_meta' not in listed
+    for name in ['fraud_labels', 'fraud_incidents', 'dataset_meta']:
+        ob = reg.call('describe_dataset', {'dataset': name})
+        assert not ob.ok and ob.content.endswith('available: transactions, games, items, channels, users, devices.'), ob.content
+        ob = reg.call('create_task', {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1], 'dataset': name})
+        assert not ob.ok
+    for col in ['incident_id', 'pattern']:
+        ob = reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'aggregate', 'params': {'by': [col]}}]})
+        assert not ob.ok and 'unknown dimension' in ob.content
+
+def test_schemas_have_no_self(tiny, tmp_path):
+    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+    assert len(reg) == 9
+    for s in reg.schemas():
+        assert 'self' not in s['function']['parameters']['properties'] and s['function']['description']
+
+def test_concentration_finds_the_labelled_spike(generated, tmp_path):
+    spike = next(g for g in ground_truth(generated) if g['pattern'] == 'channel_spike')
+    ws = RiskWorkspace(generated, store=tmp_path/'s.sqlite')
+    ws.create_procedure('spike drivers', [{'operator': 'concentration'}, {'operator': 'sharing', 'params': {'min_users': 50}}])
+    ws.create_task('proc_0001', *LAST_WEEK)
+    out = ws.run_task('task_0001')
+    conc, shared = ws.store.results('task_0001')
+    top = {r[0]: r[2] for r in conc.rows if r[1] == 1}
+    assert (top['channel_id'], top['game_id']) == (spike['channel_id'], spike['game_id']), out
+    assert top['item_id'] in spike['key_entities']['items']
+    assert f"channel_id={spike['channel_id']} " in out.split('\n')[2]
+    assert set(spike['key_entities']['muids']) <= {r[0] for r in shared.rows}
+    shown = ws.get_result('task_0001', step=1, top=1)
+    assert f"| channel_id | 1 | {spike['channel_id']} |" in shown and len(shown) <= 3000
