@@ -2,6 +2,7 @@
 import json, os, socket, subprocess, sys, time
 from pathlib import Path
 import shutil
+from contextlib import contextmanager
 import httpx, pytest
 from reach_nb.core import Run
 
@@ -20,39 +21,51 @@ def _reach(*args, cwd, env=None, timeout=120):
 def test_demo_runs_offline_and_writes_its_trace(tmp_path):
     r = _reach('demo', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert 'offline stand-in' in r.stdout and 'Answer (answer)' in r.stdout
+    assert 'offline stand-in' in r.stdout and '== stopped: answer' in r.stdout
     run = Run.load(tmp_path/'traces'/'demo.jsonl')
     assert run.stop_reason == 'answer' and run.meta['simulated'] is True
+    assert [s.action.tool for s in run.steps if s.action][:2] == ['list_datasets', 'describe_dataset']
 
-def test_ask_without_a_model_says_what_to_set(tmp_path):
-    r = _reach('ask', 'hello', cwd=tmp_path)
-    assert r.returncode == 2
-    assert 'REACH_API_KEY' in r.stdout + r.stderr
+@contextmanager
+def _served(model:str):
+    "`reach serve-model --model MODEL` in its own process; yields its base URL."
+    port = _free_port()
+    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f'http://127.0.0.1:{port}/v1'
+    try:
+        for _ in range(150):
+            try:
+                if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
+            except httpx.HTTPError: time.sleep(0.1)
+        else: pytest.fail(f'serve-model did not start: {proc.poll()}')
+        yield base
+    finally:
+        proc.terminate(); proc.wait(10)
 
 @pytest.fixture
 def served_model(tmp_path):
-    "`reach serve-model` in its own process, playing a scripted analyst over HTTP."
-    script = [json.dumps({'thought': 'Need the first rate.', 'action': {'tool': 'lookup', 'args': {'game': 'Starfall Saga', 'metric': 'refund_rate'}}}),
-              json.dumps({'thought': 'Done.', 'answer': 'Starfall Saga refunds 2.1% of recharges.'})]
+    "A scripted analyst served over HTTP."
+    script = [json.dumps({'thought': 'Which datasets are there?', 'action': {'tool': 'list_datasets', 'args': {'category': 'payments'}}}),
+              json.dumps({'thought': 'Done.', 'answer': 'The payments data is in the transactions dataset.'})]
     (tmp_path/'script.json').write_text(json.dumps(script))
-    port = _free_port()
-    proc = subprocess.Popen([REACH, 'serve-model', '--model', f'scripted:{tmp_path/"script.json"}', '--port', str(port)],
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f'http://127.0.0.1:{port}/v1'
-    for _ in range(100):
-        try:
-            if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
-        except httpx.HTTPError: time.sleep(0.1)
-    else:
-        proc.kill(); pytest.fail(f'serve-model did not start: {proc.stdout.read().decode()[-2000:]}')
-    yield base
-    proc.terminate(); proc.wait(10)
+    with _served(f'scripted:{tmp_path/"script.json"}') as base: yield base
 
 def test_ask_over_real_http_against_served_model(tmp_path, served_model):
-    r = _reach('ask', 'What is the refund rate of Starfall Saga?', '--base-url', served_model, '--model', 'scripted-analyst',
+    r = _reach('ask', 'Where are the payments?', '--base-url', served_model, '--model', 'scripted-analyst',
                '--trace', str(tmp_path/'ask.jsonl'), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     run = Run.load(tmp_path/'ask.jsonl')
-    assert run.answer == 'Starfall Saga refunds 2.1% of recharges.'
-    assert run.steps[0].observation == '0.021'
+    assert run.answer == 'The payments data is in the transactions dataset.'
+    assert 'transactions' in run.steps[0].observation and run.steps[0].observations[0].ok
     assert run.usage.prompt_tokens > 0 and run.usage.llm_calls == 2
+
+def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
+    "The stand-in served by name over HTTP, asked through `reach ask`: it finds the labelled spike."
+    from reach_nb.risk_data import ensure_dataset, ground_truth
+    spike = next(i for i in ground_truth(ensure_dataset()) if i['pattern'] == 'channel_spike')
+    with _served('sim-analyst') as base:
+        r = _reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'sim-analyst',
+                   '--max-steps', '20', '--trace', str(tmp_path/'spike.jsonl'), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = Run.load(tmp_path/'spike.jsonl')
+    assert spike['channel_id'] in run.answer and spike['game_id'] in run.answer

@@ -1,8 +1,7 @@
 "A run against a real HTTP endpoint, recorded once, replays byte for byte offline."
-from reach_nb.demo import demo_model, lookup, ratio, DEMO_QUESTION
+from reach_nb.sim_analyst import SimAnalyst, SPIKE_QUESTION, risk_agent
 from reach_nb.llm import OpenAIChat, RecordingLLM, ReplayLLM, CassetteMismatch
 from reach_nb.modelserver import ModelServer
-from reach_nb.react import ReActAgent
 import pytest
 
 def _essentials(run):
@@ -11,16 +10,16 @@ def _essentials(run):
 
 def test_recorded_http_run_replays_identically(tmp_path):
     cassette = tmp_path/'demo.cassette.jsonl'
-    with ModelServer(demo_model(), model_name='demo-analyst') as srv:
-        live_llm = RecordingLLM(OpenAIChat('demo-analyst', base_url=srv.base_url, max_retries=0), cassette)
-        live = ReActAgent(live_llm, [lookup, ratio]).run(DEMO_QUESTION)
-    assert live.stop_reason == 'answer' and len(live.steps) == 4
-    replayed = ReActAgent(ReplayLLM(cassette), [lookup, ratio]).run(DEMO_QUESTION)
+    with ModelServer(SimAnalyst(), model_name='sim-analyst') as srv:
+        live_llm = RecordingLLM(OpenAIChat('sim-analyst', base_url=srv.base_url, max_retries=0), cassette)
+        with risk_agent(live_llm) as agent: live = agent.run(SPIKE_QUESTION)
+    assert live.stop_reason == 'answer' and len(live.steps) > 5
+    with risk_agent(ReplayLLM(cassette)) as agent: replayed = agent.run(SPIKE_QUESTION)
     assert _essentials(replayed) == _essentials(live)
     assert replayed.answer == live.answer
 
 def test_replay_refuses_a_different_conversation(tmp_path):
     cassette = tmp_path/'demo.cassette.jsonl'
-    ReActAgent(RecordingLLM(demo_model(), cassette), [lookup, ratio]).run(DEMO_QUESTION)
+    with risk_agent(RecordingLLM(SimAnalyst(), cassette), max_steps=3) as agent: agent.run(SPIKE_QUESTION)
     with pytest.raises(CassetteMismatch):
         ReplayLLM(cassette).chat([{'role': 'user', 'content': 'something else'}], json_mode=True)

@@ -1,0 +1,143 @@
+"""The risk demo end to end on the default dataset: the SimAnalyst (a simulated analyst, not a model) drives the
+ReAct agent over the nine risk tools.
+
+The answers are checked against the dataset's ground truth (which no tool can read), every number an answer
+quotes must appear in an observation of the same run, the analyst must recover from injected model faults,
+and served over real HTTP (the local OpenAI-compatible server, the real `openai` SDK) it must reach the same answer.
+"""
+import re
+
+import duckdb, pytest
+
+from reach_nb.core import Run
+from reach_nb.llm import FaultyLLM, OpenAIChat, get_model
+from reach_nb.modelserver import ModelServer
+from reach_nb.risk_data import LAST_WEEK, ensure_dataset, ground_truth
+from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst, run_risk_demo
+
+NUMBER = re.compile(r'\d[\d,]*(?:\.\d+)?%?')
+
+
+@pytest.fixture(scope='module')
+def db():
+    return ensure_dataset()
+
+
+@pytest.fixture(scope='module')
+def truth(db):
+    return {g['pattern']: g for g in ground_truth(db)}
+
+
+@pytest.fixture(scope='module')
+def spike_run(db):
+    return run_risk_demo(db=db)
+
+
+def observed(run:Run) -> str:
+    "Everything the tools returned during a run."
+    return '\n'.join(o.content for s in run.steps for o in s.observations)
+
+
+def invented(run:Run) -> list[str]:
+    "Numbers in the answer that no observation of the run contains."
+    seen = observed(run)
+    return [n for n in NUMBER.findall(run.answer) if n not in seen]
+
+
+def game_name(db, game_id:str) -> str:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute("SELECT game_name FROM games WHERE game_id = ?", [game_id]).fetchone()[0]
+
+
+def test_spike_demo_names_the_labelled_spike(spike_run, truth):
+    spike = truth['channel_spike']
+    assert spike_run.stop_reason == 'answer'
+    for v in (spike['channel_id'], spike['game_id'], *spike['key_entities']['items'], *spike['key_entities']['muids']):
+        assert v in spike_run.answer, v
+    assert truth['proxy_recharge']['channel_id'] not in spike_run.answer  # the other ring did not make last week jump
+    tools = [s.action.tool for s in spike_run.steps if s.action]
+    assert tools[:7] == ['list_datasets', 'describe_dataset', 'search_knowledge', 'list_operators', 'create_procedure', 'create_task', 'run_task']
+    assert set(tools[7:]) == {'get_result'}
+
+
+def test_trace_says_simulated(spike_run, tmp_path):
+    back = Run.load(spike_run.save(tmp_path/'demo.jsonl'))
+    assert back.meta['simulated'] is True and 'not a model' in back.meta['simulated_note']
+    assert 'not a model' in back.model and back.answer == spike_run.answer
+
+
+def test_last_week_is_read_from_the_data(spike_run):
+    task = next(s for s in spike_run.steps if s.action and s.action.tool == 'create_task')
+    assert (task.action.args['start'], task.action.args['end']) == tuple(str(d) for d in LAST_WEEK)
+    assert f'The data ends on {LAST_WEEK[1]}' in task.thought
+
+
+def test_no_invented_numbers(spike_run):
+    assert len(NUMBER.findall(spike_run.answer)) >= 15
+    assert invented(spike_run) == []
+
+
+def test_chinese_question_names_both_rings(db, truth):
+    run = run_risk_demo(SURVEY_QUESTION, db=db)
+    assert run.stop_reason == 'answer'
+    assert re.search(r'[\u4e00-\u9fff]', run.answer) and '代充' in run.answer and '退款' in run.answer
+    for p in ('channel_spike', 'proxy_recharge'):
+        assert truth[p]['channel_id'] in run.answer and truth[p]['game_id'] in run.answer, p
+    assert all(m in run.answer for m in truth['proxy_recharge']['key_entities']['muids'])
+    task = next(s for s in run.steps if s.action and s.action.tool == 'create_task').action.args
+    assert (task['start'], task['end'], task['baseline_start'], task['baseline_end']) == ('2026-06-01', '2026-06-30', '2026-05-02', '2026-05-31')
+    assert invented(run) == []
+
+
+def test_question_naming_the_spike_game(db, truth):
+    gid = truth['channel_spike']['game_id']
+    run = run_risk_demo(f'Why did recharge volume of {game_name(db, gid)} jump last week?', db=db)
+    assert f'{gid} ({game_name(db, gid)}), the game you asked about, rose' in run.answer
+    assert truth['channel_spike']['channel_id'] in run.answer and invented(run) == []
+
+
+def test_question_naming_another_game(db, truth):
+    other = truth['proxy_recharge']['game_id']  # a game whose volume did not jump last week
+    run = run_risk_demo(f'Why did {game_name(db, other)} recharge volume rise last week?', db=db)
+    assert f'{other} ({game_name(db, other)}), the game you asked about, changed by' in run.answer
+    assert truth['channel_spike']['channel_id'] in run.answer and invented(run) == []
+
+
+def test_refund_question_puts_refunds_first(db, truth):
+    run = run_risk_demo('Which accounts abuse refunds in the last month?', db=db)
+    lines = run.answer.splitlines()
+    assert lines[1].startswith('Refunds: ') and truth['refund_abuse']['game_id'] in lines[1], lines[:2]
+    assert invented(run) == []
+
+
+@pytest.mark.parametrize('seed', [0, 3, 6, 10])
+def test_recovers_from_model_faults(db, spike_run, seed):
+    llm = FaultyLLM(SimAnalyst(), rate=0.3, seed=seed)
+    run = run_risk_demo(llm=llm, db=db)
+    kinds = {g.kind for s in run.steps for g in s.safeguards}
+    assert llm.injected and kinds & {'correction', 'suggestion'}, (llm.injected, kinds)
+    assert run.stop_reason == 'answer' and run.answer == spike_run.answer
+    assert len(run.steps) > len(spike_run.steps)
+
+
+def test_concludes_honestly_when_out_of_steps(db):
+    run = run_risk_demo(db=db, max_steps=6)
+    assert run.stop_reason == 'max_steps'
+    assert run.answer.startswith('I could not complete the analysis: the step limit was reached.')
+    assert 'I could not find the total change' in run.answer and invented(run) == []
+
+
+def test_served_over_http_reaches_the_same_answer(db, spike_run):
+    with ModelServer(SimAnalyst()) as srv:
+        llm = OpenAIChat('sim-analyst', base_url=srv.base_url, timeout=30, max_retries=0)
+        run = run_risk_demo(llm=llm, db=db)
+        sent = srv.app.state.requests
+    assert run.stop_reason == 'answer' and run.answer == spike_run.answer
+    assert [s.action and str(s.action) for s in run.steps] == [s.action and str(s.action) for s in spike_run.steps]
+    assert len(sent) == len(spike_run.steps) and all(r['response_format'] == {'type': 'json_object'} for r in sent)
+    assert llm.usage.llm_calls == len(spike_run.steps)
+
+
+def test_registered_by_name():
+    m = get_model('sim-analyst')
+    assert isinstance(m, SimAnalyst) and m.meta['simulated'] is True
