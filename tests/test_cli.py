@@ -26,6 +26,11 @@ def test_demo_runs_offline_and_writes_its_trace(tmp_path):
     assert run.stop_reason == 'answer' and run.meta['simulated'] is True
     assert [s.action.tool for s in run.steps if s.action][:2] == ['list_datasets', 'describe_dataset']
 
+def test_ask_without_a_model_says_what_to_set(tmp_path):
+    r = _reach('ask', 'hello', cwd=tmp_path)
+    assert r.returncode == 2
+    assert 'REACH_API_KEY' in r.stdout + r.stderr
+
 @contextmanager
 def _served(model:str):
     "`reach serve-model --model MODEL` in its own process; yields its base URL."
@@ -69,3 +74,11 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = Run.load(tmp_path/'spike.jsonl')
     assert spike['channel_id'] in run.answer and spike['game_id'] in run.answer
+
+def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
+    from reach_nb.risk_data import read_meta
+    r = _reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(tmp_path/'small.duckdb'), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = read_meta(tmp_path/'small.duckdb')
+    assert int(meta['seed']) == 3 and abs(int(meta['rows']) - 20000) < 2000
+    assert 'small.duckdb' in r.stdout
