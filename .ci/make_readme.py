@@ -1,28 +1,32 @@
 """Write README.md from nbs/index.ipynb (what `nbdev-readme` does, without Quarto).
 
-Hidden cells (`#| hide`) and cell directives (`#| ...`) are left out; code cells keep their stored
-outputs. `--check` exits 1 when README.md differs from what the notebook gives.
+Markdown cells are copied; code cells become fenced Python followed by their stored outputs (markdown
+as is, text in a plain fence). Hidden cells (`#| hide`) and cell directives (`#| ...`) are left out.
+`--check` exits 1 when README.md differs from what the notebook gives.
 """
-import sys, warnings
+import json, sys
 from pathlib import Path
-import nbformat
-from nbconvert import MarkdownExporter
 
 root = Path(__file__).resolve().parent.parent
 
+def _output(o) -> str:
+    if o.get('output_type') == 'stream': return '```\n' + ''.join(o['text']).rstrip('\n') + '\n```'
+    data = o.get('data', {})
+    if 'text/markdown' in data: return ''.join(data['text/markdown']).strip('\n')
+    if 'text/plain' in data: return '```\n' + ''.join(data['text/plain']).rstrip('\n') + '\n```'
+    return ''
+
+def _cell(c) -> list[str]:
+    lines = ''.join(c['source']).splitlines()
+    if c['cell_type'] == 'markdown': return ['\n'.join(lines).strip('\n')]
+    if any(l.strip() in ('#| hide', '#|hide') or l.startswith('#| default_exp') for l in lines): return []
+    code = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
+    return (['```python\n' + code + '\n```'] if code else []) + [t for t in map(_output, c.get('outputs', [])) if t]
+
 def readme_text() -> str:
-    warnings.filterwarnings('ignore')  # nbformat's notice about cell ids, which nbdev-clean manages
-    nb = nbformat.read(root/'nbs'/'index.ipynb', as_version=4)
-    keep = []
-    for c in nb.cells:
-        lines = c.source.splitlines()
-        if c.cell_type == 'code' and any(l.strip() in ('#| hide', '#|hide') or l.startswith('#| default_exp') for l in lines): continue
-        c.source = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
-        if c.source or c.get('outputs'): keep.append(c)
-    nb.cells = keep
-    nb.metadata['language_info'] = {'name': 'python'}
-    body, _ = MarkdownExporter().from_notebook_node(nb)
-    return '<!-- Generated from nbs/index.ipynb by .ci/make_readme.py; edit the notebook, not this file. -->\n\n' + body.strip() + '\n'
+    nb = json.loads((root/'nbs'/'index.ipynb').read_text(encoding='utf-8'))
+    parts = [p for c in nb['cells'] for p in _cell(c)]
+    return '<!-- Generated from nbs/index.ipynb by .ci/make_readme.py; edit the notebook, not this file. -->\n\n' + '\n\n'.join(parts) + '\n'
 
 if __name__ == '__main__':
     text, out = readme_text(), root/'README.md'
