@@ -32,10 +32,10 @@ def test_ask_without_a_model_says_what_to_set(tmp_path):
     assert 'REACH_API_KEY' in r.stdout + r.stderr
 
 @contextmanager
-def _served(model:str):
-    "`reach serve-model --model MODEL` in its own process; yields its base URL."
+def _served(model:str, *opts):
+    "`reach serve-model --model MODEL [OPTS]` in its own process; yields its base URL."
     port = _free_port()
-    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port), *opts], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f'http://127.0.0.1:{port}/v1'
     try:
         for _ in range(150):
@@ -82,3 +82,21 @@ def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
     meta = read_meta(tmp_path/'small.duckdb')
     assert int(meta['seed']) == 3 and abs(int(meta['rows']) - 20000) < 2000
     assert 'small.duckdb' in r.stdout
+
+def test_killed_ask_leaves_a_readable_trace(tmp_path):
+    "The trace is written as the run goes: kill `reach ask` half-way and the steps so far load back."
+    from reach_nb.risk_data import ensure_dataset
+    ensure_dataset()
+    trace = tmp_path/'killed.jsonl'
+    with _served('sim-analyst', '--latency', '0.5') as base:
+        proc = subprocess.Popen([REACH, 'ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'sim-analyst',
+                                 '--max-steps', '20', '--trace', str(trace)], cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(300):
+                if trace.exists() and trace.read_text().count('"step_end"') >= 2: break
+                time.sleep(0.05)
+            else: pytest.fail('no steps were written to the trace')
+        finally: proc.kill(); proc.wait(10)
+    run = Run.load(trace)
+    assert run.stop_reason is None and run.answer is None
+    assert 2 <= len(run.steps) < 11 and run.steps[0].action.tool == 'list_datasets'
