@@ -82,6 +82,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'reach_nb.core.Usage': ('core.html#usage', 'reach_nb/core.py'),
                                'reach_nb.core.Usage.__add__': ('core.html#usage.__add__', 'reach_nb/core.py'),
                                'reach_nb.core.Usage.total_tokens': ('core.html#usage.total_tokens', 'reach_nb/core.py'),
+                               'reach_nb.core._md': ('core.html#_md', 'reach_nb/core.py'),
                                'reach_nb.core._short': ('core.html#_short', 'reach_nb/core.py'),
                                'reach_nb.core.event_from_json': ('core.html#event_from_json', 'reach_nb/core.py'),
                                'reach_nb.core.read_trace': ('core.html#read_trace', 'reach_nb/core.py'),
