@@ -5,6 +5,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.bench.InstantLLM.__init__': ('bench.html#instantllm.__init__', 'reach_nb/bench.py'),
                                 'reach_nb.bench.InstantLLM._complete': ('bench.html#instantllm._complete', 'reach_nb/bench.py'),
                                 'reach_nb.bench._bare_loop': ('bench.html#_bare_loop', 'reach_nb/bench.py'),
+                                'reach_nb.bench._fail': ('bench.html#_fail', 'reach_nb/bench.py'),
+                                'reach_nb.bench._per_step': ('bench.html#_per_step', 'reach_nb/bench.py'),
                                 'reach_nb.bench._replies': ('bench.html#_replies', 'reach_nb/bench.py'),
                                 'reach_nb.bench.bench_loop': ('bench.html#bench_loop', 'reach_nb/bench.py'),
                                 'reach_nb.bench.echo': ('bench.html#echo', 'reach_nb/bench.py'),
