@@ -69,11 +69,12 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     from reach_nb.risk_data import ensure_dataset, ground_truth
     spike = next(i for i in ground_truth(ensure_dataset()) if i['pattern'] == 'channel_spike')
     with _served('sim-analyst') as base:
-        r = _reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'sim-analyst',
+        r = _reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
                    '--max-steps', '20', '--trace', str(tmp_path/'spike.jsonl'), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = Run.load(tmp_path/'spike.jsonl')
     assert spike['channel_id'] in run.answer and spike['game_id'] in run.answer
+    assert run.meta['simulated'] is True and 'served over HTTP' in run.meta['simulated_note']
 
 def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
     from reach_nb.risk_data import read_meta
@@ -89,7 +90,7 @@ def test_killed_ask_leaves_a_readable_trace(tmp_path):
     ensure_dataset()
     trace = tmp_path/'killed.jsonl'
     with _served('sim-analyst', '--latency', '0.5') as base:
-        proc = subprocess.Popen([REACH, 'ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'sim-analyst',
+        proc = subprocess.Popen([REACH, 'ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
                                  '--max-steps', '20', '--trace', str(trace)], cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(300):

@@ -14,6 +14,7 @@ def test_recorded_http_run_replays_identically(tmp_path):
         live_llm = RecordingLLM(OpenAIChat('sim-analyst', base_url=srv.base_url, max_retries=0), cassette)
         with risk_agent(live_llm) as agent: live = agent.run(SPIKE_QUESTION)
     assert live.stop_reason == 'answer' and len(live.steps) > 5
+    assert live.meta['simulated'] is True  # the server said so, and the HTTP client's run is labelled
     with risk_agent(ReplayLLM(cassette)) as agent: replayed = agent.run(SPIKE_QUESTION)
     assert _essentials(replayed) == _essentials(live)
     assert replayed.answer == live.answer
