@@ -315,6 +315,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.react._calls': ('react.html#_calls', 'reach_nb/react.py'),
                                 'reach_nb.react._intervention': ('react.html#_intervention', 'reach_nb/react.py'),
                                 'reach_nb.react._pick': ('react.html#_pick', 'reach_nb/react.py'),
+                                'reach_nb.react._registry': ('react.html#_registry', 'reach_nb/react.py'),
                                 'reach_nb.react.decide': ('react.html#decide', 'reach_nb/react.py'),
                                 'reach_nb.react.known_summary': ('react.html#known_summary', 'reach_nb/react.py'),
                                 'reach_nb.react.observation_message': ('react.html#observation_message', 'reach_nb/react.py'),
