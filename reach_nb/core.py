@@ -23,6 +23,8 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     tool_calls: int = 0
     wall_time: float = 0.0  # seconds
+    estimated_calls: int = 0  # model calls whose token counts were estimated here (the server sent no usage)
+    reasoning_tokens: int = 0  # reasoning tokens, when the server reports them
 
     @property
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
@@ -68,7 +70,7 @@ PARAM_SYNONYMS: dict[str, list[str]] = {
 
 # %% ../nbs/00_core.ipynb #17599e14
 SafeguardKind = Literal['correction', 'suggestion', 'validation', 'tool_error', 'timeout', 'intervention',
-                        'repeat_stop', 'max_steps', 'llm_error']
+                        'repeat_stop', 'max_steps', 'llm_error', 'retry', 'internal_error', 'size_cap', 'repair']
 
 class Safeguard(BaseModel):
     "A record that one of the loop's safeguards fired."
@@ -86,6 +88,8 @@ class Step(BaseModel):
     actions: list[ToolCall] = Field(default_factory=list)
     observations: list[Observation] = Field(default_factory=list)
     answer: str | None = None
+    conclusion: str | None = None  # a conclusion the model stated beside an action
+    reasoning: str | None = None  # the model's separate reasoning (reasoning_content, a <think> block)
     raw: str = ''  # the model's output exactly as received
     parse_level: ParseLevel = 'strict'
     repairs: list[str] = Field(default_factory=list)
@@ -173,7 +177,7 @@ class StepEnd(BaseModel):
     type: Literal['step_end'] = 'step_end'
     step: Step
 
-StopReason = Literal['answer', 'max_steps', 'repeated', 'parse_failures', 'llm_error', 'stopped']
+StopReason = Literal['answer', 'max_steps', 'repeated', 'parse_failures', 'llm_error', 'stopped', 'needs_input', 'error']
 
 class RunEnd(BaseModel):
     "The run finished."
