@@ -17,10 +17,10 @@ __all__ = ['DIMS', 'WINDOW', 'BASELINE', 'TARGETS', 'PANDAS_COLUMNS', 'bench_db_
            'load_transactions', 'pandas_concentration', 'bench_data', 'print_data_bench', 'bench_data_cli']
 
 # %% ../nbs/92_bench_data.ipynb #0e47a0e2
-DIMS = ('user_id', 'muid', 'item_id', 'channel_id', 'game_id', 'currency')  # seed 000's six: user, device, item, channel, business, currency
+DIMS = ('user_id', 'muid', 'item_id', 'channel_id', 'game_id', 'currency')  # device = muid, game = business
 WINDOW = ('2026-06-24', '2026-06-30')    # last week of the data, both days included
 BASELINE = ('2026-05-27', '2026-06-23')  # the four weeks before it
-TARGETS = dict(speedup=3.0, memory_ratio=0.25)  # pandas time / reach_nb time at least; reach_nb peak / pandas peak at most
+TARGETS = dict(speedup=3.0, memory_ratio=0.25)  # at least pandas/reach_nb time; at most reach_nb/pandas peak
 
 def bench_db_path(rows:int) -> Path:
     "Where the benchmark's dataset of `rows` transactions lives: `<data>/generated/risk_<rows>.duckdb` (git-ignored)."
@@ -29,7 +29,7 @@ def bench_db_path(rows:int) -> Path:
 def ensure_bench_dataset(rows:int, # transactions
                          db:str|Path|None=None, # the file; default `bench_db_path(rows)`
                         ) -> tuple[Path, float|None]:
-    "The dataset of `rows` transactions at `db`, built if it is not there; and the build time in seconds (None when it was there)."
+    "The dataset of `rows` transactions at `db`, built if it is not there; and the build time (None when it was there)."
     path = Path(db) if db else bench_db_path(rows)
     meta = read_meta(path) or {}
     there = meta.get('rows') == str(rows) and meta.get('seed') == str(DEFAULT_SEED)
@@ -64,40 +64,45 @@ def _pandas_dim(d, dim:str, top:int) -> dict:
     change = w - b
     key = change if tw - tb >= 0 else -change
     cand = g[key >= key.nlargest(top).min()]  # the top values, and any tied with the last of them
-    best = sorted((-k, str(v), float(x), float(y)) for v, k, x, y in zip(cand.index, key[cand.index], cand['w'], cand['b']))[:top]
+    best = sorted((-k, str(v), float(x), float(y))
+                  for v, k, x, y in zip(cand.index, key[cand.index], cand['w'], cand['b']))[:top]
     ratio = lambda n, dnm: n / dnm if dnm else None
     return dict(total_window_cny=tw, total_baseline_cny=tb, change_cny=tw - tb,
-                top_share_window=ratio(float(w.nlargest(top).sum()), tw), top_share_baseline=ratio(float(b.nlargest(top).sum()), tb),
+                top_share_window=ratio(float(w.nlargest(top).sum()), tw),
+                top_share_baseline=ratio(float(b.nlargest(top).sum()), tb),
                 hhi_window=ratio(float((w * w).sum()), tw ** 2), hhi_baseline=ratio(float((b * b).sum()), tb ** 2),
-                top=[dict(value=v, window_cny=x, baseline_cny=y, change_cny=x - y, share_of_change=ratio(x - y, tw - tb)) for _, v, x, y in best])
+                top=[dict(value=v, window_cny=x, baseline_cny=y, change_cny=x - y,
+                          share_of_change=ratio(x - y, tw - tb)) for _, v, x, y in best])
 
+# %% ../nbs/92_bench_data.ipynb #2df9459d
 def pandas_concentration(df, # transactions with PANDAS_COLUMNS
                          dims:tuple=DIMS, # the dimensions to split the change by
                          window:tuple=WINDOW, baseline:tuple=BASELINE, # first and last day of each
                          top:int=5) -> dict: # values reported per dimension
-    "The concentration analysis in pandas: filter the window and baseline, then one groupby per dimension; {dim: figures}."
+    "The concentration analysis in pandas: filter the window and baseline, then one groupby per dimension."
     import numpy as np
     (ws, we, wd), (bs, be, bd) = _span(window), _span(baseline)
     ts = df['ts'].to_numpy(dtype='datetime64[us]')
     inw, inb = (ts >= ws) & (ts < we), (ts >= bs) & (ts < be)
     keep = (df['status'] == 'success').to_numpy(dtype=bool) & (inw | inb)
     amount = df['amount_cny'].to_numpy(dtype=float)[keep]
-    d = df.loc[keep, list(dims)].assign(w=np.where(inw[keep], amount, 0.0), b=np.where(inb[keep], amount, 0.0) * (wd / bd))
+    d = df.loc[keep, list(dims)].assign(w=np.where(inw[keep], amount, 0.0),
+                                        b=np.where(inb[keep], amount, 0.0) * (wd / bd))
     return {dim: _pandas_dim(d, dim, top) for dim in dims}
 
 # %% ../nbs/92_bench_data.ipynb #d4aebf47
 def _reach_side(db:str, top:int=5, settings:dict|None=None) -> dict:
-    "The reach_nb side: open the dataset with the tools' `RiskDB` and run the concentration operator over the six dimensions."
-    from reach_nb.risk_tools import RiskDB, configure_duckdb, run_operator
+    "The reach_nb side: open the dataset with the tools' `RiskDB`, run the concentration operator over six dimensions."
+    from reach_nb.risk_tools import RiskDB, run_operator
     t = time.perf_counter()
-    rdb = RiskDB(db, query_timeout=3600)
-    try:
-        configure_duckdb(rdb.con, settings or {})
-        res = run_operator(rdb, {'operator': 'concentration', 'params': {'dims': list(DIMS), 'top': top}}, *WINDOW, *BASELINE)
+    rdb = RiskDB(db, query_timeout=3600, config=settings)
+    step = {'operator': 'concentration', 'params': {'dims': list(DIMS), 'top': top}}
+    try: res = run_operator(rdb, step, *WINDOW, *BASELINE)
     finally: rdb.close()
     top5 = {d: [r[2] for r in res.rows if r[0] == d] for d in DIMS}
     s = res.stats[DIMS[0]]
-    return dict(seconds=time.perf_counter() - t, top5=top5, total_change=s['total_window_cny'] - s['total_baseline_cny'])
+    return dict(seconds=time.perf_counter() - t, top5=top5,
+                total_change=s['total_window_cny'] - s['total_baseline_cny'])
 
 def _pandas_side(db:str, top:int=5) -> dict:
     "The pandas side: load the columns, then `pandas_concentration`; the load is timed on its own too."
@@ -105,15 +110,15 @@ def _pandas_side(db:str, top:int=5) -> dict:
     df = load_transactions(db)
     load = time.perf_counter() - t
     res = pandas_concentration(df, top=top)
-    return dict(seconds=time.perf_counter() - t, load_seconds=load, top5={d: [r['value'] for r in res[d]['top']] for d in DIMS},
-                total_change=res[DIMS[0]]['change_cny'])
+    return dict(seconds=time.perf_counter() - t, load_seconds=load,
+                top5={d: [r['value'] for r in res[d]['top']] for d in DIMS}, total_change=res[DIMS[0]]['change_cny'])
 
 _SIDES = {'reach': _reach_side, 'pandas': _pandas_side}
 _SIDE_IMPORTS = {'reach': ['reach_nb.risk_tools'], 'pandas': ['duckdb', 'numpy', 'pandas', 'pyarrow']}
 
 # %% ../nbs/92_bench_data.ipynb #ca9263b3
 def _peak_mib() -> float|None:
-    "This process's peak resident memory so far, in MiB: `VmHWM` on Linux, else `ru_maxrss` (None where neither exists)."
+    "This process's peak resident memory so far, in MiB: `VmHWM` on Linux, else `ru_maxrss` (None without either)."
     try:
         hwm = [l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith('VmHWM:')]
         if hwm: return round(int(hwm[0].split()[1]) / 1024, 1)
@@ -128,6 +133,7 @@ def _child(spec:str):
     out = {} if s['idle'] else _SIDES[s['side']](s['db'], **s['kw'])
     print(json.dumps(out | {'peak_mib': _peak_mib()}))
 
+# %% ../nbs/92_bench_data.ipynb #abbeb185
 def _spawn(side:str, # 'reach' or 'pandas'
            db:str|Path|None=None, # the dataset (not needed when idle)
            idle:bool=False, # only import the side's modules
@@ -138,7 +144,8 @@ def _spawn(side:str, # 'reach' or 'pandas'
     env = os.environ | {'PYTHONPATH': os.pathsep.join(p for p in paths if p)}
     code = 'import sys; from reach_nb.bench_data import _child; _child(sys.argv[1])'
     p = subprocess.run([sys.executable, '-c', code, spec], capture_output=True, text=True, env=env, timeout=timeout)
-    if p.returncode: raise RuntimeError(f"the {side} benchmark process failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    if p.returncode: raise RuntimeError(f"the {side} benchmark process failed (exit {p.returncode}):\n"
+                                        f"{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 # %% ../nbs/92_bench_data.ipynb #86d515a7
@@ -155,8 +162,10 @@ def _figures(runs:dict, idle:dict) -> dict:
     "Medians of the times, largest peaks, the ratios and whether the targets are met."
     med = lambda side, k: statistics.median(r[k] for r in runs[side])
     peak = lambda side: max(r['peak_mib'] for r in runs[side]) if resource else None
-    f = dict(reach_seconds=med('reach', 'seconds'), pandas_seconds=med('pandas', 'seconds'), pandas_load_seconds=med('pandas', 'load_seconds'),
-             reach_peak_mib=peak('reach'), pandas_peak_mib=peak('pandas'), reach_idle_mib=idle['reach'], pandas_idle_mib=idle['pandas'],
+    f = dict(reach_seconds=med('reach', 'seconds'), pandas_seconds=med('pandas', 'seconds'),
+             pandas_load_seconds=med('pandas', 'load_seconds'),
+             reach_peak_mib=peak('reach'), pandas_peak_mib=peak('pandas'),
+             reach_idle_mib=idle['reach'], pandas_idle_mib=idle['pandas'],
              reach_runs=[r['seconds'] for r in runs['reach']], pandas_runs=[r['seconds'] for r in runs['pandas']])
     f['speedup'] = f['pandas_seconds'] / f['reach_seconds']
     f['memory_ratio'] = f['reach_peak_mib'] / f['pandas_peak_mib'] if resource else None
@@ -164,12 +173,13 @@ def _figures(runs:dict, idle:dict) -> dict:
     f['memory_met'] = f['memory_ratio'] is not None and f['memory_ratio'] <= TARGETS['memory_ratio']
     return f
 
+# %% ../nbs/92_bench_data.ipynb #3613963e
 def bench_data(rows:int=10_000_000, # transactions in the dataset
                db:str|Path|None=None, # the dataset file; default `bench_db_path(rows)`, built if missing
                repeat:int=3, # runs per side, each in a fresh process; the median time is reported
                settings:dict|None=None, # DuckDB options SET on the tools' connection, e.g. {'threads': 1}
                top:int=5) -> dict: # values per dimension
-    "Time and peak memory of the concentration analysis, reach_nb tools on the DuckDB file vs pandas, each side in fresh processes."
+    "Time and peak memory of the concentration analysis: reach_nb tools on the DuckDB file vs pandas, fresh processes."
     from reach_nb.risk_tools import duckdb_config
     settings = duckdb_config() | dict(settings or {})  # what the tools' connection really runs with
     path, built = ensure_bench_dataset(rows, db)
@@ -182,7 +192,8 @@ def bench_data(rows:int=10_000_000, # transactions in the dataset
     assert not bad, "reach_nb and pandas DISAGREE on the same data:\n  " + '\n  '.join(bad)
     first = runs['reach'][0]
     return dict(rows=rows, repeat=repeat, db=str(path), build_seconds=built, settings=dict(settings or {}), agree=True,
-                top={d: v[0] for d, v in first['top5'].items()}, total_change=first['total_change']) | _figures(runs, idle)
+                top={d: v[0] for d, v in first['top5'].items()}, total_change=first['total_change'],
+                **_figures(runs, idle))
 
 # %% ../nbs/92_bench_data.ipynb #f9698537
 def _mib(v) -> str: return 'n/a' if v is None else f'{v:,.0f}'
@@ -192,24 +203,31 @@ def print_data_bench(r:dict):
     met = lambda ok: 'met' if ok else 'NOT met'
     built = f"built in {r['build_seconds']:.1f} s" if r['build_seconds'] is not None else 'already built'
     print(f"Concentration over {', '.join(DIMS)}: {WINDOW[0]}..{WINDOW[1]} vs {BASELINE[0]}..{BASELINE[1]}")
-    print(f"  {r['rows']:,} rows in {Path(r['db']).name} ({built}); median of {r['repeat']} runs per side, each in a fresh process")
+    print(f"  {r['rows']:,} rows in {Path(r['db']).name} ({built}); median of {r['repeat']} runs per side, "
+          "each in a fresh process")
     print(f"  {'':24}{'reach_nb (DuckDB file)':>24}{'pandas':>12}")
-    print(f"  {'time (s)':24}{r['reach_seconds']:>24.2f}{r['pandas_seconds']:>12.2f}   (pandas load {r['pandas_load_seconds']:.2f} s of it)")
+    print(f"  {'time (s)':24}{r['reach_seconds']:>24.2f}{r['pandas_seconds']:>12.2f}"
+          f"   (pandas load {r['pandas_load_seconds']:.2f} s of it)")
     print(f"  {'peak RSS (MiB)':24}{_mib(r['reach_peak_mib']):>24}{_mib(r['pandas_peak_mib']):>12}")
-    print(f"  {'idle process RSS (MiB)':24}{_mib(r['reach_idle_mib']):>24}{_mib(r['pandas_idle_mib']):>12}   (imports only)")
-    print(f"  speed : pandas / reach_nb time = {r['speedup']:.1f}x   (target >= {TARGETS['speedup']:g}x: {met(r['speed_met'])})")
+    print(f"  {'idle process RSS (MiB)':24}{_mib(r['reach_idle_mib']):>24}{_mib(r['pandas_idle_mib']):>12}"
+          "   (imports only)")
+    print(f"  speed : pandas / reach_nb time = {r['speedup']:.1f}x"
+          f"   (target >= {TARGETS['speedup']:g}x: {met(r['speed_met'])})")
     mem = 'n/a' if r['memory_ratio'] is None else f"{r['memory_ratio']:.2f}"
     print(f"  memory: reach_nb / pandas peak = {mem}   (target <= {TARGETS['memory_ratio']:g}: {met(r['memory_met'])})")
     print(f"  DuckDB settings on the tools' connection: {r['settings'] or 'none (defaults)'}")
-    print(f"  results agree: total change {r['total_change']:+,.0f} CNY; top " + ', '.join(f'{d}={v}' for d, v in r['top'].items()))
+    print(f"  results agree: total change {r['total_change']:+,.0f} CNY; top "
+          + ', '.join(f'{d}={v}' for d, v in r['top'].items()))
 
+# %% ../nbs/92_bench_data.ipynb #33a0bf07
 def bench_data_cli(rows:int=10_000_000, # transactions in the dataset (built on first use)
                    repeat:int=3, # runs per side
                    memory_limit:str|None=None, # e.g. '300MB': DuckDB's memory_limit on the tools' connection
                    threads:int|None=None): # DuckDB threads on the tools' connection
     "`reach bench data`: run `bench_data` and print the table."
     settings = {k: v for k, v in dict(memory_limit=memory_limit, threads=threads).items() if v is not None}
-    print(f"Benchmarking the concentration analysis on {rows:,} rows ({repeat} runs per side, each in a fresh process)...", flush=True)
+    print(f"Benchmarking the concentration analysis on {rows:,} rows ({repeat} runs per side, "
+          "each in a fresh process)...", flush=True)
     r = bench_data(rows=rows, repeat=repeat, settings=settings)
     print_data_bench(r)
     return r

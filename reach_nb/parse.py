@@ -4,15 +4,17 @@
 
 # %% ../nbs/02_parse.ipynb #413b8733
 from __future__ import annotations
-import ast, html, json, re
+import ast, bisect, html, json, re
 from functools import lru_cache
 from typing import Any, Literal
 import json_repair
 from fastcore.basics import patch
 from pydantic import BaseModel, Field
+from .core import ToolCall
 
 # %% auto #0
-__all__ = ['ParseResult', 'parse_json', 'parse_call', 'correction_message']
+__all__ = ['MAX_REPLY_CHARS', 'MAX_DEPTH', 'ParseResult', 'parse_json', 'parse_call', 'split_reasoning', 'extract_tool_calls',
+           'correction_message']
 
 # %% ../nbs/02_parse.ipynb #0e484432
 class ParseResult(BaseModel):
@@ -21,7 +23,7 @@ class ParseResult(BaseModel):
     level: Literal['strict', 'repaired', 'failed'] = 'failed'
     repairs: list[str] = Field(default_factory=list)  # short stable names, in the order they were made
     error: str | None = None        # for a failure: what was wrong, worded for the model
-    problem: Literal['no_object', 'truncated', 'invalid', 'schema'] | None = None  # for a failure: its kind, for counting
+    problem: Literal['no_object', 'truncated', 'invalid', 'schema', 'too_long'] | None = None  # a failure's kind
     raw: str = ''                   # the reply exactly as received
 
     @property
@@ -29,11 +31,26 @@ class ParseResult(BaseModel):
 
     def _repr_markdown_(self):
         head = f"**{self.level}**" + (f" · repairs: {', '.join(self.repairs)}" if self.repairs else '')
-        body = f"\n\n```json\n{_short(json.dumps(self.value, ensure_ascii=False, indent=1), 1500)}\n```" if self.value is not None else ''
+        shown = _short(json.dumps(self.value, ensure_ascii=False, indent=1), 1500)
+        body = f"\n\n```json\n{shown}\n```" if self.value is not None else ''
         return head + body + (f"\n\n*{self.problem}:* {self.error}" if self.error else '')
 
 def _short(s:str, n:int=60) -> str: return s if len(s) <= n else s[:n] + '…'
 def _show(s:str, n:int=30) -> str: return json.dumps(_short(s, n), ensure_ascii=False)
+
+# %% ../nbs/02_parse.ipynb #bb22ad2f
+MAX_REPLY_CHARS = 200_000  # a longer reply is refused at once, before any reading
+MAX_DEPTH = 200            # objects and arrays nested deeper than this are refused on every path
+
+def _too_deep(v, limit:int=MAX_DEPTH) -> bool:
+    "Whether objects and arrays in `v` nest more than `limit` levels deep (checked without recursion)."
+    todo = [(v, 1)]
+    while todo:
+        x, d = todo.pop()
+        if isinstance(x, (dict, list, tuple)):
+            if d > limit: return True
+            todo.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    return False
 
 # %% ../nbs/02_parse.ipynb #b208e4d7
 _DQ, _SQ = '"“”＂', "'‘’＇"
@@ -44,7 +61,8 @@ _WORD = re.compile(r'[^\W\d]\w*')
 _JSON_STR = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
 _ESCAPE = re.compile(r'\\.|"', re.S)
 _AFTER_KEY = re.compile(r'\s*[:：]')
-_NEXT = r'''(?:$|/[/*]|#|["“”＂'‘’＇{}\[\]｛｝［］]|[^\W\d]\w*\s*[:：]|(?:-?\d[\d.eE+-]*|true|false|null|True|False|None)\s*[,\]}，］｝])'''
+_NEXT = (r'''(?:$|/[/*]|#|["“”＂'‘’＇{}\[\]｛｝［］]|[^\W\d]\w*\s*[:：]|'''
+         r'''(?:-?\d[\d.eE+-]*|true|false|null|True|False|None)\s*[,\]}，］｝])''')
 _AFTER_VALUE = re.compile(r'\s*(?:$|[}\]｝］#]|/[/*]|[,，]\s*' + _NEXT + ')')
 _SQ_RUN = re.compile(r"['‘’＇]\s*[:：,，]?\s*['‘’＇]")
 _LITERALS = {'true': True, 'false': False, 'null': None}
@@ -59,11 +77,35 @@ def _balanced(s:str, closers:str=_DQ) -> bool:
         if depth < 0: return False
     return depth == 0 and s.count('＂') % 2 == 0 and s.count('"') % 2 == 0
 
+# %% ../nbs/02_parse.ipynb #7a3c9e04
+class _Pairs:
+    "`_balanced` of a string body that grows one quote at a time: ask `ok(j)`, then `add` the quote at `j`."
+    def __init__(self, text:str, closers:str):
+        self.t, self.sq, self.last = text, closers == _SQ, None
+        self.depth, self.neg, self.fw, self.dq, self.run = 0, False, 0, 0, False
+
+    def ok(self) -> bool:
+        "Whether the quotes added so far pair up."
+        if self.sq: return not self.run
+        return not self.neg and self.depth == 0 and self.fw % 2 == 0 and self.dq % 2 == 0
+
+    def add(self, c:str, j:int):
+        "Count the quote `c` at index `j`."
+        if self.sq:
+            if c not in _SQ: return
+            self.run |= self.last is not None and self.t[self.last + 1:j].strip() in ('', ':', '：', ',', '，')
+            self.last = j
+            return
+        self.depth += (c == '“') - (c == '”'); self.neg |= self.depth < 0
+        self.fw += c == '＂'; self.dq += c == '"'
+
+# %% ../nbs/02_parse.ipynb #f9c1ce60
 class _Unreadable(Exception):
     "The reply cannot be read without guessing."
     kind = 'invalid'
 
 class _NoObject(_Unreadable): kind = 'no_object'
+class _Limit(_Unreadable): "The reply breaks a limit: a number too long, or nesting too deep; nothing else is tried."
 
 class _Cut(_Unreadable):
     "The text ends before the object does: the reply was cut off."
@@ -72,7 +114,6 @@ class _Cut(_Unreadable):
         super().__init__(f"The output was cut off: it {detail}. Nothing was run. "
                          "Send the whole JSON object again, shorter if it was long.")
 
-# %% ../nbs/02_parse.ipynb #f9c1ce60
 class _Reader:
     "A forgiving JSON reader: reads one value from `pos`, noting each repair, refusing to guess."
     def __init__(self, text:str, pos:int=0): self.t, self.i, self.repairs, self.path, self.last = text, pos, [], [], ''
@@ -85,42 +126,57 @@ class _Reader:
     def bad(self, expected:str) -> _Unreadable:
         return _Unreadable(f"Invalid JSON: expected {expected} in {self.where()} but found {_show(self.t[self.i:])}.")
 
-    def peek(self) -> str:
-        "The next significant character ('' at the end), full-width punctuation read as ASCII."
-        m = _BLANK.match(self.t, self.i)
-        if m.group().strip(): self.note('comments')
-        self.i = m.end()
-        return _FW.get(self.t[self.i:self.i + 1], self.t[self.i:self.i + 1])
+# %% ../nbs/02_parse.ipynb #7a3c9e06
+@patch
+def peek(self:_Reader) -> str:
+    "The next significant character ('' at the end), full-width punctuation read as ASCII."
+    m = _BLANK.match(self.t, self.i)
+    if m.group().strip(): self.note('comments')
+    self.i = m.end()
+    return _FW.get(self.t[self.i:self.i + 1], self.t[self.i:self.i + 1])
 
-    def take(self):
-        "Step over the structural character at the cursor."
-        if self.t[self.i] in _FW: self.note('fullwidth_punctuation')
-        self.i += 1
+@patch
+def take(self:_Reader):
+    "Step over the structural character at the cursor."
+    if self.t[self.i] in _FW: self.note('fullwidth_punctuation')
+    self.i += 1
 
-    def value(self) -> Any:
-        "Read any JSON value at the cursor."
-        c = self.peek()
-        if not c: raise _Cut(f"stops where the value of {self.where()} should begin")
-        if c in '{[': return self.container(c)
-        if c in _DQ + _SQ: return self.string('value')
-        if m := _NUM.match(self.t, self.i):
-            self.i = m.end()
-            return float(m.group()) if set(m.group()) & set('.eE') else int(m.group())
-        if m := _WORD.match(self.t, self.i): return self.word(m.group())
-        raise self.bad('a value')
+@patch
+def value(self:_Reader) -> Any:
+    "Read any JSON value at the cursor."
+    c = self.peek()
+    if not c: raise _Cut(f"stops where the value of {self.where()} should begin")
+    if c in '{[': return self.container(c)
+    if c in _DQ + _SQ: return self.string('value')
+    if m := _NUM.match(self.t, self.i): return self.number(m)
+    if m := _WORD.match(self.t, self.i): return self.word(m.group())
+    raise self.bad('a value')
 
-    def word(self, w:str) -> Any:
-        "A bare word as a value: JSON's literals, or Python's (converted and noted)."
-        if w in _PY_LITERALS: self.note('python_literals')
-        elif w not in _LITERALS: raise self.bad('a value (text goes in double quotes)')
-        self.i += len(w)
-        return {**_LITERALS, **_PY_LITERALS}[w]
+# %% ../nbs/02_parse.ipynb #7a3c9e07
+_MAX_DIGITS = 4300  # Python's own limit for reading an integer from text
+
+@patch
+def number(self:_Reader, m:re.Match) -> int|float:
+    "The number matched at the cursor; one too long to read is refused rather than changed."
+    s = m.group()
+    if len(s) > _MAX_DIGITS: raise _Limit(f"Invalid JSON: the number in {self.where()} has {len(s):,} characters, "
+                                          "too many to read. Write it shorter, or as a string.")
+    self.i = m.end()
+    return float(s) if set(s) & set('.eE') else int(s)
+
+@patch
+def word(self:_Reader, w:str) -> Any:
+    "A bare word as a value: JSON's literals, or Python's (converted and noted)."
+    if w in _PY_LITERALS: self.note('python_literals')
+    elif w not in _LITERALS: raise self.bad('a value (text goes in double quotes)')
+    self.i += len(w)
+    return {**_LITERALS, **_PY_LITERALS}[w]
 
 # %% ../nbs/02_parse.ipynb #c3e60b31
 @patch
 def container(self:_Reader, opener:str):
     "Read an object or an array; one trailing comma is allowed (and noted)."
-    if len(self.path) > 200: raise _Unreadable("Invalid JSON: nested more than 200 levels deep.")
+    if len(self.path) >= MAX_DEPTH: raise _Limit(f"Invalid JSON: nested more than {MAX_DEPTH} levels deep.")
     out, close = ({}, '}') if opener == '{' else ([], ']')
     self.take()
     if self.peek() == close: self.take(); return out
@@ -141,6 +197,7 @@ def member(self:_Reader, out:dict):
     out[key] = self.value()
     self.last = self.where(); self.path.pop()
 
+# %% ../nbs/02_parse.ipynb #7a3c9e08
 @patch
 def item(self:_Reader, out:list):
     "Read one array item into `out`."
@@ -164,7 +221,8 @@ def after_value(self:_Reader, c:str, close:str) -> _Unreadable:
     if not c: return _Cut(f"stops before the object is closed (after {self.last})")
     hint = (" If the string before it contains a double quote, write that quote as \\\"."
             if self.t[:self.i].rstrip()[-1:] in _DQ + _SQ else '')
-    return _Unreadable(f"Invalid JSON: expected ',' or '{close}' after {self.last} but found {_show(self.t[self.i:])}.{hint}")
+    found = _show(self.t[self.i:])
+    return _Unreadable(f"Invalid JSON: expected ',' or '{close}' after {self.last} but found {found}.{hint}")
 
 # %% ../nbs/02_parse.ipynb #95f117fe
 @patch
@@ -175,7 +233,8 @@ def string(self:_Reader, role:str) -> str:
     if m and self.closes(m.end(), role): end = m.end()
     else:
         closers = '“”＂' if d == '"' else _DQ if d in _DQ else _SQ
-        end = self.quote_close(start, role, closers, m.end() - 1 if m else len(self.t)) or (m and m.end())
+        end = (self.quote_close(start, role, closers, m.end() - 1 if m else len(self.t))
+               or (m and self.inner_quotes(start, role, m.end())) or (m and m.end()))
         if not end: raise self.unclosed(start, role, closers)
     if d != '"' or self.t[end - 1] != '"': self.note('single_quotes' if d == "'" else 'fullwidth_punctuation')
     self.i = end
@@ -186,25 +245,47 @@ def closes(self:_Reader, k:int, role:str) -> bool:
     "Whether a quote ending just before `k` is followed by what a key or a value needs."
     return bool((_AFTER_KEY if role == 'key' else _AFTER_VALUE).match(self.t, k))
 
+# %% ../nbs/02_parse.ipynb #7a3c9e09
+_QUOTE_MARK = re.compile(r'\\.|["“”＂\'‘’＇]', re.S)
+
 @patch
 def quote_close(self:_Reader, start:int, role:str, closers:str, stop:int) -> int|None:
-    "Index just past the first closing quote before `stop` that is followed by structure and leaves the body's quotes paired."
-    j = start
-    while j < stop:
-        if self.t[j] == '\\': j += 2; continue
-        if self.t[j] in closers and self.closes(j + 1, role) and _balanced(self.t[start:j], closers): return j + 1
-        j += 1
+    "Index just past the first closing quote before `stop` that is followed by structure, the body's quotes paired."
+    pairs = _Pairs(self.t, closers)
+    for m in _QUOTE_MARK.finditer(self.t, start, stop):
+        q, j = m.group()[-1], m.end() - 1
+        if len(m.group()) == 1 and q in closers and pairs.ok() and self.closes(m.end(), role): return m.end()
+        pairs.add(q, j)
     return None
 
 @patch
 def unclosed(self:_Reader, start:int, role:str, closers:str) -> _Unreadable:
     "The error for a string with no usable closing quote: cut off, or ambiguous quotes."
     what = f"a key in {self.where()}" if role == 'key' else f"the string value of {self.where()}"
-    if not any(c in closers and self.closes(j + 1, role) for j, c in enumerate(self.t[start:], start)):
-        return _Cut(f"stops inside {what} (which ends with {_show(self.t[start:][-30:])})")
+    if not any(self.closes(m.end(), role) for m in re.compile(f'[{closers}]').finditer(self.t, start)):
+        return _Cut(f"stops inside {what} (which ends with {_show(self.t[max(start, len(self.t) - 30):])})")
     return _Unreadable(f"Cannot tell where {what} ends: the quotes in it are ambiguous. Put strings in "
                        "ASCII double quotes and write a double quote inside a string as \\\".")
 
+# %% ../nbs/02_parse.ipynb #7a3c9e10
+_DQ_MARK = re.compile(r'\\.|"', re.S)
+_QUOTE_SHAPED = re.compile(r'"\s*(?:[:：]\s*["“{\[]|[,，]\s*"|")')  # a quote that could be a string's end or start
+
+@patch
+def inner_quotes(self:_Reader, start:int, role:str, k:int) -> int|None:
+    "Index past the quote that ends a value holding bare `\"` in pairs, when that is the only way to read it."
+    if role != 'value': return None
+    inner = 1                                     # the quote just before `k`, followed by no structure
+    for m in _DQ_MARK.finditer(self.t, k):
+        if m.group() != '"': continue
+        if self.closes(m.end(), 'value'):
+            if inner % 2 or _QUOTE_SHAPED.search(self.t, start, m.start()): return None
+            self.note('inner_quotes')
+            return m.end()
+        inner += 1
+    return None
+
+# %% ../nbs/02_parse.ipynb #7a3c9e11
 @patch
 def decode(self:_Reader, body:str, d:str) -> str:
     "The text of a string body, whatever its quotes and escapes."
@@ -225,7 +306,7 @@ def escape(self:_Reader, s:str, d:str) -> str:
     return '\\' + s
 
 # %% ../nbs/02_parse.ipynb #d7149117
-_BRACES = re.compile(r'"(?:[^"\\]|\\.)*"|[{}｛｝]', re.S)
+_BRACES = re.compile(r'"(?:[^"\\]|\\.)*"?|[{}｛｝]', re.S)  # an unclosed string runs to the end: read once
 
 def _starts(text:str, limit:int=20) -> list[int]:
     "Where each top-level `{` begins (braces inside double-quoted strings ignored)."
@@ -255,12 +336,12 @@ def _surroundings(text:str, s:int, end:int) -> list[str]:
 
 # %% ../nbs/02_parse.ipynb #1b64c405
 _FENCE = re.compile(r'```[\w+-]*[ \t]*\n?(.*?)(?:```|\Z)', re.S)
-_TAG = re.compile(r'<([A-Za-z_][\w:.-]*)[^>]*>(.*?)</\1\s*>', re.S)
 _THINK_START = re.compile(r'\s*<(?:think|thinking|reasoning)>', re.I)
 _THINK_END = re.compile(r'</(?:think|thinking|reasoning)>', re.I)
 _HTML_QUOTE = re.compile(r'&(?:quot|#0*34|#x0*22);', re.I)
 _FENCE_MARK = re.compile(r'```[\w+-]*')
 _BRACE = re.compile('[{｛]')
+_END_TAG = re.compile(r'(?:<\s*/?\s*end\s*/?\s*>|<\|(?:end|im_end|eot_id|eom_id|endoftext)\|>|</s>)\Z', re.I)
 
 def _first_brace(t:str) -> int:
     m = _BRACE.search(t)
@@ -270,23 +351,71 @@ def _strip_bom(t:str):
     s = t.lstrip()
     return (s.lstrip('\ufeff'), '', 'bom') if s.startswith('\ufeff') else None
 
+def _without_end(t:str) -> str:
+    "`t` without the end markers (at most three) at its end."
+    for _ in range(3):
+        t = t.rstrip()
+        if not (m := _END_TAG.search(t, max(0, len(t) - 40))): break
+        t = t[:m.start()]
+    return t.rstrip()
+
+def _strip_end_tag(t:str): return (s, '', 'end_tag') if len(s := _without_end(t)) < len(t.rstrip()) else None
 def _unescape_html(t:str): return (html.unescape(t), '', 'html_entities') if _HTML_QUOTE.search(t) else None
+
+# %% ../nbs/02_parse.ipynb #7a3c9e14
+_OPEN_TAG = re.compile(r'<([A-Za-z_][\w:.-]*)[^<>]*>')
+_CLOSE_TAG = re.compile(r'</([A-Za-z_][\w:.-]*)\s*>')
 
 def _drop_think(t:str):
     m = _THINK_END.search(t)
     if m and (_THINK_START.match(t) or m.start() < _first_brace(t)): return t[m.end():], '', 'think_block'
 
 def _around(m:re.Match, t:str, name:str, group:int):
-    "The inside of a fence or tag match, what lay outside it, and the layer's name — if it wraps the object."
-    if m and _BRACE.search(m.group(group)) and m.start() <= _first_brace(t): return m.group(group), t[:m.start()] + t[m.end():], name
+    "The inside of a fence match, what lay outside it, and the layer's name — if it wraps the object."
+    if m and _BRACE.search(m.group(group)) and m.start() <= _first_brace(t):
+        return m.group(group), t[:m.start()] + t[m.end():], name
 
 def _unfence(t:str): return _around(_FENCE.search(t), t, 'code_fence', 1)
-def _unwrap_xml(t:str): return _around(_TAG.search(t), t, 'xml_wrapper', 2)
 
+def _unwrap_xml(t:str):
+    "The inside of the first tag pair that begins before the object, if it holds the object; what lay outside."
+    first, closes = _first_brace(t), {}
+    for c in _CLOSE_TAG.finditer(t): closes.setdefault(c.group(1), []).append(c)
+    for o in _OPEN_TAG.finditer(t):
+        if o.start() > first: return None
+        cs = closes.get(o.group(1), [])
+        if (k := bisect.bisect_left(cs, o.end(), key=lambda c: c.start())) < len(cs):
+            inner = t[o.end():cs[k].start()]
+            return (inner, t[:o.start()] + t[cs[k].end():], 'xml_wrapper') if _BRACE.search(inner) else None
+
+# %% ../nbs/02_parse.ipynb #7a3c9e17
+_FIELD_TAG = re.compile(r'<(thought|action_input|action|final_answer|answer)\s*>', re.I)
+_FIELD_KEY = {'final_answer': 'answer'}
+
+def _xml_fields(t:str):
+    "Fields given as tags (`<thought>…</thought><action>{…}</action>`) as one JSON object; what lay outside."
+    fields, outside, i = {}, [], 0
+    while len(fields) < 5 and (m := _FIELD_TAG.search(t, i)) and (fields or m.start() <= _first_brace(t)):
+        name = m.group(1).lower()
+        close = re.compile(rf'</{name}\s*>', re.I).search(t, m.end())
+        if not close or _FIELD_KEY.get(name, name) in fields: break
+        fields[_FIELD_KEY.get(name, name)] = t[m.end():close.start()].strip()
+        outside.append(t[i:m.start()]); i = close.end()
+    if len(fields) < 2: return None
+    obj = '{' + ', '.join(f'{json.dumps(k)}: {_field_json(k, v)}' for k, v in fields.items()) + '}'
+    return obj, ''.join(outside) + t[i:], 'xml_fields'
+
+def _field_json(key:str, text:str) -> str:
+    "A field's text as JSON: an action written as an object stays JSON for the reader, anything else is a string."
+    inner = m.group(1).strip() if (m := _FENCE.fullmatch(text)) else text
+    return inner if key.startswith('action') and inner[:1] in '{｛[' else json.dumps(text, ensure_ascii=False)
+
+# %% ../nbs/02_parse.ipynb #7a3c9e15
 def _unwrap(text:str) -> tuple[str, list[str]]:
     "Peel off the layers around the object, naming each one and what was outside it."
     repairs = []
-    for f in (_strip_bom, _unescape_html, _drop_think, _unfence, _unwrap_xml, _unwrap_xml):
+    layers = (_strip_bom, _strip_end_tag, _unescape_html, _drop_think, _xml_fields, _unfence, _unwrap_xml, _unwrap_xml)
+    for f in layers:
         if r := f(text):
             text, outside, name = r
             repairs += [name] + _surroundings(_FENCE_MARK.sub('', outside), 0, 0)
@@ -300,7 +429,7 @@ def _read_object(text:str) -> tuple[dict, list[str]]:
     for s in starts:
         r = _Reader(text, s)
         try: return r.value(), r.repairs + _surroundings(text, s, r.i)
-        except _Cut: raise
+        except (_Cut, _Limit): raise
         except _Unreadable as e: first = first or e
     for s in starts:
         if got := _json_repair_at(text, s): return got
@@ -317,21 +446,33 @@ def _no_object_message(text:str) -> str:
 # %% ../nbs/02_parse.ipynb #c71e9c63
 _NOISE = re.compile(r'[\s{}\[\]:,"\'“”＂‘’＇｛｝［］：，]')
 _PY_WORD = re.compile(r'\b(?:True|False|None)\b')
-
-def _leaves(v) -> list[str]:
-    "Every key and scalar of `v` as text, in order."
-    if isinstance(v, dict): return [x for k, w in v.items() for x in [str(k), *_leaves(w)]]
-    if isinstance(v, list): return [x for w in v for x in _leaves(w)]
-    return [v if isinstance(v, str) else json.dumps(v)]
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
 _NOT_BRACKET = re.compile(r'[^{}\[\]]')
 _FW_TABLE = str.maketrans(_FW)
-_BRACES2 = re.compile(r'"(?:[^"\\]|\\.)*"|\{\{|\}\}', re.S)
+_BRACES2 = re.compile(r'"(?:[^"\\]|\\.)*"?|\{\{|\}\}', re.S)
+
+def _leaves(v) -> list[str]:
+    "Every key and scalar of `v` as text, in order (without recursion)."
+    out, todo = [], [v]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict): todo.extend(reversed([y for k, w in x.items() for y in (str(k), w)]))
+        elif isinstance(x, list): todo.extend(reversed(x))
+        else: out.append(x if isinstance(x, str) else json.dumps(x))
+    return out
 
 def _skeleton(s:str) -> str:
     "The brackets of `s` outside double-quoted strings: its nesting shape."
     return _NOT_BRACKET.sub('', _STRING.sub('', s.translate(_FW_TABLE)))
+
+def _nesting(s:str) -> int:
+    "How deep the brackets of `s` nest, strings aside."
+    depth = top = 0
+    for c in _skeleton(s): depth += 1 if c in '{[' else -1; top = max(top, depth)
+    return top
+
+# %% ../nbs/02_parse.ipynb #7a3c9e19
+_REPAIR_CHARS = 20_000  # json_repair is pure Python: it gets only objects up to this size
 
 def _same_content(src:str, v:dict) -> bool:
     "Whether `v` holds exactly the keys and values written in `src` and nests as `src` does, syntax aside."
@@ -347,9 +488,10 @@ def _json_repair_at(text:str, s:int) -> tuple[dict, list[str]]|None:
     "json_repair's reading of the object at `s`, only if it provably keeps the content and has no stray quote."
     end = max(text.rfind('}'), text.rfind('｝')) + 1
     src = text[s:end]
+    if len(src) > _REPAIR_CHARS or _nesting(src) > MAX_DEPTH: return None
     try: v = json_repair.loads(src)
     except Exception: return None
-    if not (isinstance(v, dict) and v and _same_content(src, v)): return None
+    if not (isinstance(v, dict) and v and not _too_deep(v) and _same_content(src, v)): return None
     leaves = _leaves(v)
     if any('"' in x or not _balanced(x) for x in leaves): return None          # a stray quote in a value
     if '' in leaves and '""' not in src and "''" not in src: return None       # an invented empty value
@@ -360,18 +502,40 @@ def parse_json(text:str,            # the model's reply, exactly as received
                schema:dict|None=None # a JSON Schema the object must satisfy
               ) -> ParseResult:
     "Read the one JSON object in a model's reply: strictly if possible, else by named repairs that keep its meaning."
-    text = '' if text is None else text.decode('utf-8', 'replace') if isinstance(text, bytes) else text
-    try: v = json.loads(text)
-    except (ValueError, TypeError, RecursionError): v = None
-    res = ParseResult(value=v, level='strict', raw=text) if isinstance(v, dict) else _repair(text)
+    text = _as_text(text)
+    try: res = _parse(text)
+    except Exception as e: res = _internal_failure(text, e)
     return _check(res, schema) if schema is not None and res.ok else res
 
+def _as_text(text) -> str:
+    if text is None: return ''
+    return text.decode('utf-8', 'replace') if isinstance(text, (bytes, bytearray)) else str(text)
+
+def _parse(text:str) -> ParseResult:
+    "Strict, then the repair path, within the limits."
+    if len(text) > MAX_REPLY_CHARS: return _too_long(text)
+    try: v = json.loads(text)
+    except (ValueError, TypeError, RecursionError): v = None
+    if isinstance(v, dict) and not _too_deep(v): return ParseResult(value=v, level='strict', raw=text)
+    return _repair(text)
+
+# %% ../nbs/02_parse.ipynb #7a3c9e20
 def _repair(raw:str) -> ParseResult:
     "The repair path: unwrap, find the object, read it forgivingly — or say exactly why not."
     text, repairs = _unwrap(raw)
     try: value, found = _read_object(text)
     except _Unreadable as e: return ParseResult(raw=raw, repairs=repairs, problem=e.kind, error=str(e))
     return ParseResult(value=value, level='repaired', repairs=list(dict.fromkeys(repairs + found)), raw=raw)
+
+def _too_long(raw:str) -> ParseResult:
+    return ParseResult(raw=raw, problem='too_long', error=f"The reply was {len(raw):,} characters, more than the "
+                       f"limit of {MAX_REPLY_CHARS:,}. Nothing was run. Answer shorter: one JSON object, "
+                       "a brief thought.")
+
+def _internal_failure(raw:str, e:Exception) -> ParseResult:
+    "A failed result for an exception the parser did not expect: the reply is refused, the loop goes on."
+    return ParseResult(raw=raw, problem='invalid', error=f"The reply could not be read ({type(e).__name__} in the "
+                       "parser). Nothing was run. Reply again with one short JSON object.")
 
 # %% ../nbs/02_parse.ipynb #781f7592
 @lru_cache(maxsize=64)
@@ -386,13 +550,17 @@ def _validator(schema_json:str):
 def _check(res:ParseResult, schema:dict) -> ParseResult:
     "Validate `res.value` against `schema`; a mismatch fails, keeping the value and explaining the problem."
     from jsonschema.exceptions import relevance
-    errors = sorted(_validator(json.dumps(schema, sort_keys=True)).iter_errors(res.value), key=relevance, reverse=True)
+    validator = _validator(json.dumps(schema, sort_keys=True))      # a broken schema raises: the caller's bug
+    try: errors = sorted(validator.iter_errors(res.value), key=relevance, reverse=True)
+    except Exception as e: return _internal_failure(res.raw, e)     # e.g. a value too deep for the validator
     if not errors: return res
     msg = ' '.join(map(_explain, errors[:3])) + (f' ({len(errors) - 3} more problems.)' if len(errors) > 3 else '')
-    return res.model_copy(update=dict(level='failed', problem='schema', error='The JSON does not fit the expected format. ' + msg))
+    return res.model_copy(update=dict(level='failed', problem='schema',
+                                      error='The JSON does not fit the expected format. ' + msg))
 
 # %% ../nbs/02_parse.ipynb #44df29dc
-_JSON_TYPES = {str: 'string', bool: 'boolean', int: 'integer', float: 'number', list: 'array', dict: 'object', type(None): 'null'}
+_JSON_TYPES = {str: 'string', bool: 'boolean', int: 'integer', float: 'number', list: 'array', dict: 'object',
+               type(None): 'null'}
 _REQUIRED = re.compile(r"^'(.*)' is a required property$")
 
 def _field(path) -> str: return '`' + '.'.join(map(str, path)) + '`' if path else 'The object'
@@ -400,7 +568,8 @@ def _missing(e) -> str: return m.group(1) if (m := _REQUIRED.match(e.message)) e
 
 def _explain(e) -> str:
     "One schema error as a sentence a model can act on."
-    at, got = _field(e.absolute_path), f"{_short(json.dumps(e.instance, ensure_ascii=False))} (a {_JSON_TYPES.get(type(e.instance), 'value')})"
+    kind = _JSON_TYPES.get(type(e.instance), 'value')
+    at, got = _field(e.absolute_path), f"{_short(json.dumps(e.instance, ensure_ascii=False))} (a {kind})"
     if e.validator == 'required': return f"Missing required field {_field([*e.absolute_path, _missing(e)])}."
     if e.validator == 'type':
         want = ' or '.join(e.validator_value) if isinstance(e.validator_value, list) else e.validator_value
@@ -415,39 +584,59 @@ def _explain(e) -> str:
 _NAME_KEYS = ('tool', 'name', 'function', 'tool_name', 'action', 'tool_call')
 _ARGS_KEYS = ('args', 'arguments', 'parameters', 'tool_args', 'action_input', 'input', 'params', 'kwargs')
 _BARE_NAME = re.compile(r'[^\W\d][\w.:-]*')
+_EXAMPLE_CALL = '{"tool": "search", "args": {"query": "..."}}'
 
 def parse_call(obj # an action: a dict in any dialect, a JSON string, a call string, or a `ToolCall`
               ) -> tuple[str, dict]:
-    "Normalise an action in any of the forms models produce into `(tool_name, args)`."
+    "Normalise an action in any of the forms models produce into `(tool_name, args)`; else raise `ValueError`."
+    try: return _parse_call(obj)
+    except ValueError: raise
+    except Exception as e:
+        raise ValueError(f"Cannot read this tool call ({type(e).__name__} while reading it): "
+                         f"give an object like {_EXAMPLE_CALL}.") from None
+
+def _parse_call(obj) -> tuple[str, dict]:
     if hasattr(obj, 'tool') and hasattr(obj, 'args'): return obj.tool, dict(obj.args)
     if isinstance(obj, str): return _call_from_text(obj)
-    if isinstance(obj, dict): return _call_from_dict(obj)
+    if isinstance(obj, dict): return _call_from_dict(_shallow_enough(obj, 'The action is'))
     raise ValueError(f"Cannot read a tool call from a {type(obj).__name__}: give an object like "
-                     '{"tool": "search", "args": {"query": "..."}} or a call like search(query="...").')
+                     f'{_EXAMPLE_CALL} or a call like search(query="...").')
 
+def _shallow_enough(v, what:str):
+    if _too_deep(v): raise ValueError(f"{what} nested more than {MAX_DEPTH} levels deep: flatten it.")
+    return v
+
+# %% ../nbs/02_parse.ipynb #7a3c9e21
 def _call_from_dict(d:dict) -> tuple[str, dict]:
     "(name, args) from a dict in any dialect; keys are matched case-insensitively."
     low = {str(k).lower(): v for k, v in d.items()}
     inner = next((low[k] for k in ('function', 'action', 'tool_call') if isinstance(low.get(k), dict)), None)
-    if inner is not None: return _call_from_dict(inner)  # OpenAI {"type": "function", "function": {...}}, or a whole step
+    if inner is not None: return _call_from_dict(inner)  # OpenAI {"type": "function", "function": {...}}, a step
     name = next((low[k].strip() for k in _NAME_KEYS if isinstance(low.get(k), str) and low[k].strip()), None)
     if name is None: raise ValueError(f"No tool name in {_show(json.dumps(d, ensure_ascii=False), 80)}: "
-                                      'give it as "tool", e.g. {"tool": "search", "args": {"query": "..."}}.')
+                                      f'give it as "tool", e.g. {_EXAMPLE_CALL}.')
     args = next((low[k] for k in _ARGS_KEYS if k in low), None)
     if args is None and not _BARE_NAME.fullmatch(name): return _call_from_text(name)  # "action": "search(query='x')"
     return name, _args(args, name)
 
+# %% ../nbs/02_parse.ipynb #7a3c9e28
 def _args(raw, name:str) -> dict:
     "Arguments as a dict, from a dict, a JSON string, a list of positionals or a single value."
     if raw is None or (isinstance(raw, str) and not raw.strip()): return {}
+    if isinstance(raw, (dict, list, tuple)): _shallow_enough(raw, f"The arguments of {name} are")
     if isinstance(raw, dict): return dict(raw)
     if isinstance(raw, (list, tuple)): return {f'_{i}': v for i, v in enumerate(raw)}
     if isinstance(raw, str) and raw.strip()[:1] in '{｛[':
         r = parse_json(raw.strip())
         if r.ok: return r.value
-        if raw.strip().startswith('['): return _args(json.loads(raw), name)
+        if raw.strip().startswith('[') and isinstance(got := _loads(raw), list): return _args(got, name)
         raise ValueError(f"The arguments of {name} are not valid JSON: {r.error}")
     return {'_0': raw}
+
+def _loads(s:str):
+    "`json.loads(s)`, or None if it cannot read `s`."
+    try: return json.loads(s)
+    except (ValueError, RecursionError): return None
 
 # %% ../nbs/02_parse.ipynb #fbf0ec0e
 def _call_from_text(s:str) -> tuple[str, dict]:
@@ -458,22 +647,148 @@ def _call_from_text(s:str) -> tuple[str, dict]:
         if not r.ok: raise ValueError(f"The action is not valid JSON: {r.error}")
         return _call_from_dict(r.value)
     if _BARE_NAME.fullmatch(s): return s, {}
-    try: node = ast.parse(s, mode='eval').body
-    except SyntaxError: node = None
-    if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
-        raise ValueError(f"Cannot read a tool call from {_show(s, 80)}: write it as JSON "
-                         '{"tool": "name", "args": {...}} or as name(arg="value", ...).')
+    node = _call_node(s)
     if any(k.arg is None for k in node.keywords): raise ValueError(f"{_show(s, 80)} uses **kwargs: name each argument.")
     args = {f'_{i}': _literal(a) for i, a in enumerate(node.args)}
     return ast.unparse(node.func), {**args, **{k.arg: _literal(k.value) for k in node.keywords}}
 
+def _call_node(s:str) -> ast.Call:
+    "The call `s` as a Python syntax tree, parsed only if it is short and shallow enough."
+    if len(s) > MAX_REPLY_CHARS: raise ValueError(f"The action is {len(s):,} characters, more than the limit of "
+                                                  f"{MAX_REPLY_CHARS:,}: write a shorter call.")
+    if _nesting(s) > MAX_DEPTH: raise ValueError(f"The action is nested more than {MAX_DEPTH} levels deep: flatten it.")
+    try: node = ast.parse(s, mode='eval').body
+    except (SyntaxError, ValueError, RecursionError, MemoryError): node = None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
+        raise ValueError(f"Cannot read a tool call from {_show(s, 80)}: write it as JSON "
+                         '{"tool": "name", "args": {...}} or as name(arg="value", ...).')
+    return node
+
+# %% ../nbs/02_parse.ipynb #7a3c9e22
 def _literal(node:ast.AST) -> Any:
     "The value of a literal argument (JSON's true/false/null accepted); anything else is refused."
     if isinstance(node, ast.Name) and node.id in _LITERALS: return _LITERALS[node.id]
     try: return ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError):
-        raise ValueError(f"The argument {ast.unparse(node)!r} is not a literal value: put text in quotes and "
-                         "write numbers, lists and objects literally.") from None
+        raise ValueError(f"The argument {_short(ast.unparse(node), 80)!r} is not a literal value: put text in quotes "
+                         "and write numbers, lists and objects literally.") from None
+
+# %% ../nbs/02_parse.ipynb #8ce2eaa7
+_THINK_OPEN = re.compile(r'\s*<(think|thinking|reasoning)\s*>', re.I)
+_THINK_CLOSE = re.compile(r'</(?:think|thinking|reasoning)\s*>', re.I)
+_THINK_ANY = re.compile(r'<(?:think|thinking|reasoning)\s*>', re.I)
+
+def split_reasoning(text:str # a model's reply
+                   ) -> tuple[str|None, str]:
+    "The reasoning of a leading `<think>` block (or before a dangling `</think>`) and the rest of the reply."
+    if not isinstance(text, str): return None, text
+    if m := _THINK_OPEN.match(text):
+        close = _THINK_CLOSE.search(text, m.end())
+        if not close: return text[m.end():].strip() or None, ''   # cut off while still thinking
+        return text[m.end():close.start()].strip() or None, text[close.end():].lstrip()
+    close = _THINK_CLOSE.search(text)
+    if close and _dangling(before := text[:close.start()]): return before.strip() or None, text[close.end():].lstrip()
+    return None, text
+
+def _dangling(before:str) -> bool:
+    "Whether text before a `</think>` is reasoning whose opening tag was stripped (not an answer, no opener)."
+    return before.lstrip()[:1] not in ('{', '[', '`', '"', '<') and not _THINK_ANY.search(before)
+
+# %% ../nbs/02_parse.ipynb #72623882
+_DECODER = json.JSONDecoder()
+_SEP = re.compile(r'[\s,;]*')
+_CALL_KEYS = {'name', 'arguments', 'parameters', 'id', 'type'}
+
+def _json_seq(s:str) -> list|None:
+    "The JSON values written one after another in `s` (arrays spread), or None if anything else is there."
+    out, i = [], 0
+    while (i := _SEP.match(s, i).end()) < len(s):
+        try: v, i = _DECODER.raw_decode(s, i)
+        except (ValueError, RecursionError): return _repaired_one(s) if not out else None
+        if _too_deep(v): return None
+        out.extend(v if isinstance(v, list) else [v])
+    return out
+
+def _repaired_one(s:str) -> list|None:
+    "The single object `s` holds, read by `parse_json` if it needed no more than syntax repairs."
+    r = parse_json(s)
+    return [r.value] if r.ok and not {'surrounding_prose', 'multiple_objects'} & set(r.repairs) else None
+
+# %% ../nbs/02_parse.ipynb #7a3c9e29
+def _tool_call(v, bare:bool=False) -> ToolCall|None:
+    "A `ToolCall` from one call object, or None; a `bare` one must have nothing but a call's keys."
+    if isinstance(v, dict) and isinstance(v.get('function'), dict): v = {**v['function'], 'id': v.get('id')}
+    name = v.get('name') if isinstance(v, dict) else None
+    if not (isinstance(name, str) and _BARE_NAME.fullmatch(name)): return None
+    if bare and not (set(v) <= _CALL_KEYS and {'arguments', 'parameters'} & set(v)): return None
+    try: args = _args(v.get('arguments', v.get('parameters')), name)
+    except ValueError: return None
+    return ToolCall(tool=name, args=args, id=v['id'] if isinstance(v.get('id'), str) else None)
+
+# %% ../nbs/02_parse.ipynb #0b4075d4
+_HERMES_OPEN, _HERMES_CLOSE = re.compile(r'<tool_call>', re.I), re.compile(r'</tool_call\s*>', re.I)
+_MISTRAL_NAME = re.compile(r'\s*([^\W\d][\w.:-]*)\s*(?:\[CALL_ID\]\s*[\w-]+\s*)?(?:\[ARGS\])?\s*(?=[{［｛])')
+_PY_CALL = re.compile(r'\s*[^\W\d][\w.-]*\.call\s*\(')
+
+def _hermes(s:str) -> list|None:
+    "The bodies of `<tool_call>...</tool_call>` tags (the last one may be unclosed), read as JSON."
+    vals, i = [], 0
+    while m := _HERMES_OPEN.search(s, i):
+        c = _HERMES_CLOSE.search(s, m.end())
+        if (got := _json_seq(s[m.end():c.start() if c else len(s)])) is None: return None
+        vals, i = vals + got, c.end() if c else len(s)
+    return vals
+
+def _mistral(s:str) -> list|None:
+    "The calls after each `[TOOL_CALLS]`: a JSON array or object, or a name followed by its JSON arguments."
+    vals = []
+    for part in s.split('[TOOL_CALLS]')[1:]:
+        if m := _MISTRAL_NAME.match(part):
+            got = _json_seq(part[m.end():])
+            if got is None or len(got) != 1: return None
+            vals.append({'name': m.group(1), 'arguments': got[0]})
+        elif (got := _json_seq(part)) is not None: vals += got
+        else: return None
+    return vals
+
+# %% ../nbs/02_parse.ipynb #3e592951
+def _llama(s:str) -> list|None:
+    "The calls after `<|python_tag|>`: JSON objects, or a built-in tool's `name.call(k=\"v\")`."
+    vals = []
+    for part in s.split('<|python_tag|>')[1:]:
+        if _PY_CALL.match(part):
+            try: name, args = parse_call(part)
+            except ValueError: return None
+            vals.append({'name': name.removesuffix('.call'), 'arguments': args})
+        elif (got := _json_seq(part)) is not None: vals += got
+        else: return None
+    return vals
+
+def _bare(s:str) -> list|None:
+    "The call objects that are the whole reply (in a code fence or not)."
+    s = _FENCE_ONLY.sub(r'\1', s.strip())
+    return _json_seq(s) if s[:1] in '{[' else None
+
+_FENCE_ONLY = re.compile(r'^```[\w+-]*[ \t]*\n(.*)\n```$', re.S)
+_FORMS = [('hermes_tool_call', _HERMES_OPEN.search, _hermes),                      # (name, found in text?, reader)
+          ('mistral_tool_calls', re.compile(r'\[TOOL_CALLS\]').search, _mistral),
+          ('llama_python_tag', re.compile(r'<\|python_tag\|>').search, _llama),
+          ('bare_json_call', lambda s: True, _bare)]
+
+# %% ../nbs/02_parse.ipynb #0125475b
+def extract_tool_calls(text:str # a model's reply content
+                      ) -> tuple[list[ToolCall], list[str]] | None:
+    "The tool calls written in a reply's content and the name of their form, or None if it holds none."
+    try: return _extract_calls(text)
+    except Exception: return None   # a hostile reply is no tool call
+
+def _extract_calls(text:str) -> tuple[list[ToolCall], list[str]] | None:
+    if not isinstance(text, str) or len(text) > MAX_REPLY_CHARS: return None
+    s = _without_end(split_reasoning(text)[1])
+    name, read = next((name, read) for name, found, read in _FORMS if found(s))
+    calls = [_tool_call(v, bare=name == 'bare_json_call') for v in read(s) or []]
+    if not calls or None in calls: return None
+    return calls, [name] + ['multiple_calls'] * (len(calls) > 1)
 
 # %% ../nbs/02_parse.ipynb #5aeb5560
 def correction_message(result:ParseResult, # a failed parse
@@ -488,7 +803,8 @@ def correction_message(result:ParseResult, # a failed parse
             "Reply again with exactly one JSON object and nothing else: no code fence, no text before or after it.")
 
 def _excerpt(raw:str, n:int) -> str:
-    "The reply quoted back: all of it if short, else its beginning and its end."
-    raw = raw.strip()
+    "The reply quoted back, blanks squeezed: all of it if short, else its beginning and its end."
+    cut = len(raw) > 8 * n
+    if cut: raw = raw[:4 * n] + ' ' + raw[-4 * n:]   # nothing beyond these parts can be quoted
     raw = ' '.join(raw.split())
-    return '«' + (raw if len(raw) <= n else raw[:n // 2] + ' … ' + raw[-n // 2:]) + '»'
+    return '«' + (raw if len(raw) <= n and not cut else raw[:n // 2] + ' … ' + raw[-n // 2:]) + '»'

@@ -4,20 +4,22 @@
 
 # %% ../nbs/20_risk_data.ipynb #82ac8488
 from __future__ import annotations
-import contextlib, datetime as dt, json, math, os
+import contextlib, datetime as dt, json, math, os, sys
 from dataclasses import dataclass
 from pathlib import Path
 import duckdb
+from tqdm import tqdm
 import reach_nb
 from .config import data_path
+from .core import UserError
 try: import fcntl
 except ImportError: fcntl = None  # Windows: builds of one path are not serialised
 
 # %% auto #0
 __all__ = ['START', 'END', 'DAYS', 'LAST_WEEK', 'DEFAULT_ROWS', 'DEFAULT_SEED', 'SCHEMA_VERSION', 'PATTERNS', 'TABLES', 'GAMES',
            'TIERS', 'CHANNELS', 'REGIONS', 'FX_CNY', 'HOUR_WEIGHTS', 'WEEKDAY_WEIGHTS', 'DEV2', 'FRAUD', 'SPIKE_LIFT',
-           'day_weights', 'default_db_path', 'kb_dir', 'load_kb', 'read_meta', 'build_dataset', 'ensure_dataset',
-           'ground_truth', 'table_checksums']
+           'day_weights', 'default_db_path', 'kb_dir', 'load_kb', 'read_meta', 'DatasetPath', 'build_dataset',
+           'ground_truth', 'table_checksums', 'ensure_dataset']
 
 # %% ../nbs/20_risk_data.ipynb #b7d58cfd
 START = dt.datetime(2026, 4, 2)
@@ -26,9 +28,12 @@ DAYS = 90
 LAST_WEEK = (dt.date(2026, 6, 24), dt.date(2026, 6, 30))
 DEFAULT_ROWS, DEFAULT_SEED = 1_000_000, 7
 SCHEMA_VERSION = '1'
-PATTERNS = ('proxy_recharge', 'device_farm', 'channel_spike', 'velocity_burst', 'refund_abuse', 'currency_mismatch')
-TABLES = ('games', 'items', 'channels', 'users', 'devices', 'transactions', 'fraud_incidents', 'fraud_labels', 'dataset_meta')
+PATTERNS = ('proxy_recharge', 'device_farm', 'channel_spike', 'velocity_burst', 'refund_abuse',
+            'currency_mismatch')
+TABLES = ('games', 'items', 'channels', 'users', 'devices', 'transactions', 'fraud_incidents', 'fraud_labels',
+          'dataset_meta')
 
+# %% ../nbs/20_risk_data.ipynb #927a43e8
 GAMES = [  # game_id, game_name, genre, publisher, share of recharges, in-game currency
     ('g01', 'Starfall Saga', 'RPG', 'Nova Forge Studios', 0.26, 'Star Crystals'),
     ('g02', 'Jade Dynasty Mobile', 'MMORPG', 'Lotus Peak Games', 0.22, 'Jade'),
@@ -47,7 +52,8 @@ CHANNELS = [  # channel_id, channel_name, channel_type, share of recharges, pric
     ('c05', 'LinkPay Wallet', 'wallet', 0.12, 1.0), ('c06', 'TopUp Hub', 'third_party', 0.07, 1.0),
     ('c07', 'CardMall', 'third_party', 0.05, 1.0), ('c08', 'Lucky Discount Store', 'discount', 0.02, 0.92),
     ('c09', 'Cheap Gems Express', 'discount', 0.025, 0.90), ('c10', 'Bargain Recharge', 'discount', 0.015, 0.93)]
-REGIONS = [('CN', 'CNY', 0.55), ('HK', 'HKD', 0.08), ('TW', 'TWD', 0.12), ('SG', 'SGD', 0.05), ('US', 'USD', 0.10), ('JP', 'JPY', 0.10)]
+REGIONS = [('CN', 'CNY', 0.55), ('HK', 'HKD', 0.08), ('TW', 'TWD', 0.12), ('SG', 'SGD', 0.05), ('US', 'USD', 0.10),
+           ('JP', 'JPY', 0.10)]
 FX_CNY = {'CNY': 1.0, 'HKD': 0.92, 'TWD': 0.22, 'SGD': 5.35, 'USD': 7.2, 'JPY': 0.047}  # CNY per unit, fixed
 
 # %% ../nbs/20_risk_data.ipynb #a71edead
@@ -76,15 +82,17 @@ def _map(x:str, mapping:dict) -> str:
     "A SQL CASE looking `x` up in `mapping`."
     return f"(CASE {' '.join(f'WHEN {x} = {_lit(k)} THEN {_lit(v)}' for k, v in mapping.items())} END)"
 
+# %% ../nbs/20_risk_data.ipynb #c94e2e65
 def _base_macros(seed:int) -> list[str]:
     "SQL macros: `rnd(i, k)` uniform in [0,1), `mix32` and the id formats (ids differ between seeds)."
     salt = lambda c: (c + int(seed) * 2654435761) % 2**32
-    return [f"CREATE OR REPLACE TEMP MACRO rnd(i, k) AS ((hash(i, k, {int(seed)}) >> 11)::DOUBLE / 9007199254740992.0)",
-            "CREATE OR REPLACE TEMP MACRO _h32(x) AS ((xor(x >> 16, x) * 73244475) % 4294967296)",
-            "CREATE OR REPLACE TEMP MACRO mix32(x) AS xor(_h32(_h32(x)) >> 16, _h32(_h32(x)))",
-            f"CREATE OR REPLACE TEMP MACRO user_id(k) AS 'u' || lpad(mix32(xor(k::BIGINT, {salt(1298423417)}))::VARCHAR, 10, '0')",
-            f"CREATE OR REPLACE TEMP MACRO muid(d) AS 'm' || printf('%08x', mix32(xor(d::BIGINT, {salt(2863311530)})))",
-            f"CREATE OR REPLACE TEMP MACRO payer_id(p) AS 'p' || printf('%08x', mix32(xor(p::BIGINT, {salt(1431655765)})))"]
+    mac = 'CREATE OR REPLACE TEMP MACRO'
+    return [f"{mac} rnd(i, k) AS ((hash(i, k, {int(seed)}) >> 11)::DOUBLE / 9007199254740992.0)",
+            f"{mac} _h32(x) AS ((xor(x >> 16, x) * 73244475) % 4294967296)",
+            f"{mac} mix32(x) AS xor(_h32(_h32(x)) >> 16, _h32(_h32(x)))",
+            f"{mac} user_id(k) AS 'u' || lpad(mix32(xor(k::BIGINT, {salt(1298423417)}))::VARCHAR, 10, '0')",
+            f"{mac} muid(d) AS 'm' || printf('%08x', mix32(xor(d::BIGINT, {salt(2863311530)})))",
+            f"{mac} payer_id(p) AS 'p' || printf('%08x', mix32(xor(p::BIGINT, {salt(1431655765)})))"]
 
 # %% ../nbs/20_risk_data.ipynb #6ac3bc27
 DEV2, FRAUD = 100_000_000, 200_000_000  # id-number offsets: secondary devices; fraud devices and payers
@@ -114,23 +122,34 @@ class _Plan:
 # %% ../nbs/20_risk_data.ipynb #f47f3907
 def _ts_literal(t:dt.datetime) -> str: return f"TIMESTAMP '{t:%Y-%m-%d %H:%M:%S}'"
 
+def _secs(k:str, a:dt.datetime, span:int) -> str:
+    "SQL: the time `a` plus a random number of seconds below `span`, fixed per player `k`."
+    return f"{_ts_literal(a)} + to_seconds(floor(rnd({k}, 1001) * {span})::BIGINT)"
+
+def _reg_sql(p:_Plan) -> str:
+    "SQL for when player `k` registered: inside the window (new players), early May (the farm), or before."
+    old = _secs('k', dt.datetime(2024, 6, 1), (START - dt.datetime(2024, 6, 1)).days * 86400)
+    farm_end = p.users + p.farm
+    return (f"CASE WHEN k >= {p.old_users} AND k < {p.users} THEN {_secs('k', START, 84 * 86400)} "
+            f"WHEN k >= {p.users} AND k < {farm_end} THEN {_secs('k', dt.datetime(2026, 5, 6), 4 * 86400)} "
+            f"ELSE {old} END")
+
+# %% ../nbs/20_risk_data.ipynb #f8dec122
 def _player_macros(p:_Plan) -> list[str]:
     "SQL macros for per-player (and per-device) facts, consistent between purchases and tables."
-    secs = lambda k, a, span: f"{_ts_literal(a)} + to_seconds(floor(rnd({k}, 1001) * {span})::BIGINT)"
-    old = secs('k', dt.datetime(2024, 6, 1), (START - dt.datetime(2024, 6, 1)).days * 86400)
-    farm_end = p.users + p.farm
-    reg = (f"CASE WHEN k >= {p.old_users} AND k < {p.users} THEN {secs('k', START, 84 * 86400)} "
-           f"WHEN k >= {p.users} AND k < {farm_end} THEN {secs('k', dt.datetime(2026, 5, 6), 4 * 86400)} ELSE {old} END")
     regions, currencies, weights = [r[0] for r in REGIONS], [r[1] for r in REGIONS], [r[2] for r in REGIONS]
-    farm = f"k >= {p.users} AND k < {farm_end}"
+    farm = f"k >= {p.users} AND k < {p.users + p.farm}"
     os_ = _pick('rnd(d, 1006)', ['Android', 'iOS', 'HarmonyOS', 'Windows'], [0.55, 0.38, 0.05, 0.02])
+    game = _pick('rnd(k, 1002)', [g[0] for g in GAMES], [g[4] for g in GAMES])
+    chan = _pick('rnd(k, 1003)', [c[0] for c in CHANNELS], [c[3] for c in CHANNELS])
+    mac = 'CREATE OR REPLACE TEMP MACRO'
     return [
-        f"CREATE OR REPLACE TEMP MACRO reg_ts(k) AS ({reg})",
-        f"CREATE OR REPLACE TEMP MACRO region(k) AS (CASE WHEN {farm} THEN 'CN' ELSE {_pick('rnd(k, 1005)', regions, weights)} END)",
-        f"CREATE OR REPLACE TEMP MACRO home_cur(k) AS (CASE WHEN {farm} THEN 'CNY' ELSE {_pick('rnd(k, 1005)', currencies, weights)} END)",
-        f"CREATE OR REPLACE TEMP MACRO fav_game(k) AS {_pick('rnd(k, 1002)', [g[0] for g in GAMES], [g[4] for g in GAMES])}",
-        f"CREATE OR REPLACE TEMP MACRO pref_chan(k) AS {_pick('rnd(k, 1003)', [c[0] for c in CHANNELS], [c[3] for c in CHANNELS])}",
-        f"CREATE OR REPLACE TEMP MACRO device_os(d) AS (CASE WHEN d >= {FRAUD} THEN 'Android' ELSE {os_} END)"]
+        f"{mac} reg_ts(k) AS ({_reg_sql(p)})",
+        f"{mac} region(k) AS (CASE WHEN {farm} THEN 'CN' ELSE {_pick('rnd(k, 1005)', regions, weights)} END)",
+        f"{mac} home_cur(k) AS (CASE WHEN {farm} THEN 'CNY' ELSE {_pick('rnd(k, 1005)', currencies, weights)} END)",
+        f"{mac} fav_game(k) AS {game}",
+        f"{mac} pref_chan(k) AS {chan}",
+        f"{mac} device_os(d) AS (CASE WHEN d >= {FRAUD} THEN 'Android' ELSE {os_} END)"]
 
 # %% ../nbs/20_risk_data.ipynb #60857003
 _COLS = ('ts', 'uk', 'dk', 'pk', 'game_id', 'tpl', 'channel_id', 'currency', 'price_factor')
@@ -141,16 +160,28 @@ def _rng(src:int):
 
 def _when(day:str, hour:str, u:str) -> str:
     "SQL timestamp for day number `day` of the window, hour `hour` and a uniform `u` for the second."
-    return f"({_ts_literal(START)} + to_days(({day})::INTEGER) + to_hours(({hour})::INTEGER) + to_seconds(floor({u} * 3600)::INTEGER))"
+    return (f"({_ts_literal(START)} + to_days(({day})::INTEGER) + to_hours(({hour})::INTEGER) "
+            f"+ to_seconds(floor({u} * 3600)::INTEGER))")
 
 def _hour(u:str) -> str: return _pick(u, list(range(24)), HOUR_WEIGHTS)
 
-def _pattern(src:int, incident:str|None, n:int, cols:dict, failed=0.03, refunded=0.02, delay=(60, 10080), where='') -> str:
+# %% ../nbs/20_risk_data.ipynb #94cefa27
+def _outcomes(failed:float, refunded:float, delay:tuple) -> tuple[str, str]:
+    "SQL for a purchase's status and refund time, drawn from the uniforms `u_out` and `u_ref`."
+    status = (f"CASE WHEN u_out < {failed} THEN 'failed' WHEN u_out < {failed + refunded} THEN 'refunded' "
+              "ELSE 'success' END")
+    refund = (f"CASE WHEN status = 'refunded' THEN least(ts + to_minutes(({delay[0]} + "
+              f"floor(u_ref * {delay[1] - delay[0]}))::INTEGER), {_ts_literal(END)}) END")
+    return status, refund
+
+def _pattern(src:int, incident:str|None, n:int, cols:dict, failed=0.03, refunded=0.02, delay=(60, 10080),
+             where='') -> str:
     "One source of purchases: `n` rows of `cols` (SQL by name), with outcomes and the incident tag."
     r, inner = _rng(src), ', '.join(f'{v} AS {k}' for k, v in cols.items())
-    status = f"CASE WHEN u_out < {failed} THEN 'failed' WHEN u_out < {failed + refunded} THEN 'refunded' ELSE 'success' END"
-    refund = f"CASE WHEN status = 'refunded' THEN least(ts + to_minutes(({delay[0]} + floor(u_ref * {delay[1] - delay[0]}))::INTEGER), {_ts_literal(END)}) END"
-    return (f"SELECT {src} AS src, i, {', '.join(_COLS)}, {status} AS status, {refund} AS refund_ts, {_lit(incident) if incident else 'NULL'}::VARCHAR AS incident_id "
+    status, refund = _outcomes(failed, refunded, delay)
+    tag = _lit(incident) if incident else 'NULL'
+    return (f"SELECT {src} AS src, i, {', '.join(_COLS)}, {status} AS status, {refund} AS refund_ts, "
+            f"{tag}::VARCHAR AS incident_id "
             f"FROM (SELECT i, {inner}, {r(98)} AS u_out, {r(99)} AS u_ref FROM range({n}) t(i) {where})")
 
 # %% ../nbs/20_risk_data.ipynb #2d9fbaa4
@@ -165,7 +196,8 @@ def _normal_sql(p:_Plan) -> str:
         dk=f"CASE WHEN rnd(uk, 1004) < 0.08 AND {r(5)} < 0.3 THEN {DEV2} + uk ELSE uk END", pk='uk',
         game_id=f"CASE WHEN {r(6)} < 0.8 THEN fav_game(uk) ELSE {_pick(r(7), games, [g[4] for g in GAMES])} END",
         tpl=_pick(r(8), list(range(len(TIERS))), [t[3] for t in TIERS]),
-        channel_id=f"CASE WHEN {r(9)} < 0.85 THEN pref_chan(uk) ELSE {_pick(r(10), chans, [c[3] for c in CHANNELS])} END",
+        channel_id=f"CASE WHEN {r(9)} < 0.85 THEN pref_chan(uk) "
+                   f"ELSE {_pick(r(10), chans, [c[3] for c in CHANNELS])} END",
         currency=f"CASE WHEN {r(11)} < 0.0005 THEN {trip} ELSE home_cur(uk) END", price_factor='NULL::DOUBLE'))
 
 # %% ../nbs/20_risk_data.ipynb #b0a8b178
@@ -200,14 +232,16 @@ def _spike_sql(p:_Plan, n:int) -> str:
 
 def _spike_size(con, p:_Plan) -> int:
     "Purchases the spike adds: SPIKE_LIFT of g02's mean weekly count over the 4 weeks before the last."
-    n = con.execute("SELECT count(*) FROM stage WHERE game_id = 'g02' AND ts >= DATE '2026-05-27' AND ts < DATE '2026-06-24'").fetchone()[0]
+    n = con.execute("SELECT count(*) FROM stage WHERE game_id = 'g02' "
+                    "AND ts >= DATE '2026-05-27' AND ts < DATE '2026-06-24'").fetchone()[0]
     return max(2 * p.spike_accounts, math.ceil(SPIKE_LIFT * n / 4))
 
 # %% ../nbs/20_risk_data.ipynb #37d01ede
 def _velocity_sql(p:_Plan) -> str:
     "INC-004 velocity_burst: 6 users, 30-60 small g04 payments each, ~12 s apart, at night in June."
     r, b = _rng(4), '(i // 60)'
-    start = f"TIMESTAMP '2026-06-03 01:30:00' + to_days(({b} * 4)::INTEGER) + to_minutes(floor(rnd({b}, 451) * 150)::INTEGER)"
+    start = (f"TIMESTAMP '2026-06-03 01:30:00' + to_days(({b} * 4)::INTEGER) "
+             f"+ to_minutes(floor(rnd({b}, 451) * 150)::INTEGER)")
     return _pattern(4, 'INC-004', 6 * 60, dict(
         ts=f"{start} + to_seconds(((i % 60) * 12 + floor({r(1)} * 10))::INTEGER)",
         uk=f"{b} * {37 * p.stride} + 3", dk='uk', pk='uk', game_id="'g04'",
@@ -222,7 +256,8 @@ def _refund_sql(p:_Plan) -> str:
         ts=_when(f"floor({r(1)} * {DAYS})", _hour(r(2)), r(3)), uk=f"{first} + i // 12", dk='uk', pk='uk',
         game_id="'g05'", tpl=_pick(r(4), [4, 5, 7, 8], [0.3, 0.2, 0.25, 0.25]),
         channel_id=f"CASE WHEN {r(5)} < 0.6 THEN 'c02' ELSE 'c03' END", currency='home_cur(uk)',
-        price_factor='NULL::DOUBLE'), failed=0.04, refunded=0.82, delay=(120, 2160), where="WHERE i % 12 < 6 + floor(rnd(i // 12, 551) * 7)")
+        price_factor='NULL::DOUBLE'), failed=0.04, refunded=0.82, delay=(120, 2160),
+        where="WHERE i % 12 < 6 + floor(rnd(i // 12, 551) * 7)")
 
 # %% ../nbs/20_risk_data.ipynb #6882e53b
 def _mismatch_sql(p:_Plan) -> str:
@@ -239,12 +274,14 @@ def _reference_tables(con):
     "games, items and channels from the catalogue."
     con.execute("CREATE TABLE games(game_id VARCHAR PRIMARY KEY, game_name VARCHAR, genre VARCHAR, publisher VARCHAR)")
     con.executemany("INSERT INTO games VALUES (?, ?, ?, ?)", [g[:4] for g in GAMES])
-    con.execute("CREATE TABLE items(item_id VARCHAR PRIMARY KEY, game_id VARCHAR, item_name VARCHAR, price DOUBLE, currency VARCHAR)")
+    con.execute("CREATE TABLE items(item_id VARCHAR PRIMARY KEY, game_id VARCHAR, item_name VARCHAR, price DOUBLE, "
+                "currency VARCHAR)")
     con.executemany("INSERT INTO items VALUES (?, ?, ?, ?, 'CNY')",
                     [(f'{g[0]}-{t[0]}', g[0], t[1].format(c=g[5]), t[2]) for g in GAMES for t in TIERS])
     con.execute("CREATE TABLE channels(channel_id VARCHAR PRIMARY KEY, channel_name VARCHAR, channel_type VARCHAR)")
     con.executemany("INSERT INTO channels VALUES (?, ?, ?)", [c[:3] for c in CHANNELS])
 
+# %% ../nbs/20_risk_data.ipynb #4dd1df94
 def _transactions(con):
     "transactions and fraud_labels from the staging table."
     price = _map('tpl', {i: t[2] for i, t in enumerate(TIERS)})
@@ -259,8 +296,10 @@ def _transactions(con):
         payer_id VARCHAR, game_id VARCHAR, item_id VARCHAR, channel_id VARCHAR, currency VARCHAR, amount DOUBLE,
         amount_cny DOUBLE, status VARCHAR, refund_ts TIMESTAMP)""")
     con.execute("INSERT INTO transactions SELECT * EXCLUDE (incident_id) FROM numbered ORDER BY txn_id")
-    con.execute("CREATE TABLE fraud_labels AS SELECT txn_id, incident_id FROM numbered WHERE incident_id IS NOT NULL ORDER BY txn_id")
+    con.execute("CREATE TABLE fraud_labels AS SELECT txn_id, incident_id FROM numbered "
+                "WHERE incident_id IS NOT NULL ORDER BY txn_id")
 
+# %% ../nbs/20_risk_data.ipynb #8a65b347
 def _people(con, p:_Plan):
     "users (every player, ordered by id so fraud accounts don't sit together) and devices (those seen paying)."
     con.execute(f"""CREATE TABLE users AS SELECT user_id(k) AS user_id, reg_ts(k) AS register_ts, region(k) AS region,
@@ -271,29 +310,38 @@ def _people(con, p:_Plan):
 
 # %% ../nbs/20_risk_data.ipynb #bbf321ed
 _DESCRIPTIONS = {
-    'proxy_recharge': "代充 proxy-recharge ring: {users} accounts topped up {txns} times from {muids} devices and {payers} payers through a discount channel at ~72% of list price.",
-    'device_farm': "Device farm (设备农场): {users} new accounts registered in a burst and paying small amounts from {muids} devices.",
-    'channel_spike': "Last-week recharge spike (充值量突增) driven by one discount channel: a 代充 ring bought one item {txns} times for {users} accounts from {muids} devices and {payers} payers.",
-    'velocity_burst': "Velocity burst (高频交易): {users} accounts each made dozens of payments within minutes; many failed.",
+    'proxy_recharge': "代充 proxy-recharge ring: {users} accounts topped up {txns} times from {muids} devices "
+                      "and {payers} payers through a discount channel at ~72% of list price.",
+    'device_farm': "Device farm (设备农场): {users} new accounts registered in a burst and paying small amounts "
+                   "from {muids} devices.",
+    'channel_spike': "Last-week recharge spike (充值量突增) driven by one discount channel: a 代充 ring bought one item "
+                     "{txns} times for {users} accounts from {muids} devices and {payers} payers.",
+    'velocity_burst': "Velocity burst (高频交易): {users} accounts each made dozens of payments within minutes; "
+                      "many failed.",
     'refund_abuse': "Refund abuse (退款滥用): {users} accounts refunded most of what they paid ({txns} payments).",
-    'currency_mismatch': "Currency mismatch (币种异常): {txns} payments in a currency that is neither the user's home currency nor the item's, concentrated in one channel, from {payers} payers."}
+    'currency_mismatch': "Currency mismatch (币种异常): {txns} payments in a currency that is neither the user's "
+                         "home currency nor the item's, concentrated in one channel, from {payers} payers."}
 
+def _incident_row(iid, start, end, txns, games, channels, items, users, muids, payers, currencies) -> tuple:
+    "One fraud_incidents row from an incident's summary: its pattern, description and entities."
+    pattern = PATTERNS[int(iid[-3:]) - 1]
+    ents = dict(txns=txns, items=items, users=users, muids=muids, payers=payers, currencies=currencies,
+                channels=channels, games=games)
+    desc = _DESCRIPTIONS[pattern].format(**{k: len(v) if isinstance(v, list) else v for k, v in ents.items()})
+    one = lambda xs: xs[0] if len(xs) == 1 else None
+    return (iid, pattern, desc, start, end, one(games), one(channels), json.dumps(ents))
+
+# %% ../nbs/20_risk_data.ipynb #e2d6ffa6
 def _incidents(con):
     "fraud_incidents, summarised from the labelled transactions."
     rows = con.execute("""SELECT incident_id, min(ts), max(ts), count(*), list(DISTINCT game_id ORDER BY game_id),
-        list(DISTINCT channel_id ORDER BY channel_id), list(DISTINCT item_id ORDER BY item_id), list(DISTINCT user_id ORDER BY user_id),
-        list(DISTINCT muid ORDER BY muid), list(DISTINCT payer_id ORDER BY payer_id), list(DISTINCT currency ORDER BY currency)
+        list(DISTINCT channel_id ORDER BY channel_id), list(DISTINCT item_id ORDER BY item_id),
+        list(DISTINCT user_id ORDER BY user_id), list(DISTINCT muid ORDER BY muid),
+        list(DISTINCT payer_id ORDER BY payer_id), list(DISTINCT currency ORDER BY currency)
         FROM fraud_labels JOIN transactions USING (txn_id) GROUP BY incident_id ORDER BY incident_id""").fetchall()
     con.execute("""CREATE TABLE fraud_incidents(incident_id VARCHAR PRIMARY KEY, pattern VARCHAR, description VARCHAR,
         start_ts TIMESTAMP, end_ts TIMESTAMP, game_id VARCHAR, channel_id VARCHAR, key_entities VARCHAR)""")
     con.executemany("INSERT INTO fraud_incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [_incident_row(*r) for r in rows])
-
-def _incident_row(iid, start, end, txns, games, channels, items, users, muids, payers, currencies) -> tuple:
-    pattern = PATTERNS[int(iid[-3:]) - 1]
-    ents = dict(txns=txns, items=items, users=users, muids=muids, payers=payers, currencies=currencies, channels=channels, games=games)
-    desc = _DESCRIPTIONS[pattern].format(**{k: len(v) if isinstance(v, list) else v for k, v in ents.items()})
-    one = lambda xs: xs[0] if len(xs) == 1 else None
-    return (iid, pattern, desc, start, end, one(games), one(channels), json.dumps(ents))
 
 # %% ../nbs/20_risk_data.ipynb #4c692c51
 def _meta(p:_Plan, n:int) -> dict:
@@ -302,18 +350,23 @@ def _meta(p:_Plan, n:int) -> dict:
             'start': f'{START:%Y-%m-%d %H:%M:%S}', 'end': f'{END:%Y-%m-%d %H:%M:%S}',
             'last_week': f'{LAST_WEEK[0]} .. {LAST_WEEK[1]}', 'complete': 'true'}
 
-def _generate(con, p:_Plan):
-    "Write every table of a dataset of plan `p` into the open connection `con`."
+_STAGES = ('catalogue', 'purchases', 'spike', 'transactions', 'players and devices', 'incidents', 'meta')
+
+def _generate(con, p:_Plan, tick=None):
+    "Write every table of a dataset of plan `p` into the open connection `con`, calling `tick(stage)` after each stage."
+    tick = tick or (lambda stage: None)
     con.execute("SET enable_progress_bar = false")
     for m in _base_macros(p.seed) + _player_macros(p): con.execute(m)
-    _reference_tables(con)
+    _reference_tables(con); tick('catalogue')
     parts = [_normal_sql(p), _proxy_sql(p), _farm_sql(p), _velocity_sql(p), _refund_sql(p), _mismatch_sql(p)]
-    con.execute("CREATE TEMP TABLE stage AS " + " UNION ALL ".join(parts))
-    con.execute("INSERT INTO stage " + _spike_sql(p, _spike_size(con, p)))
-    _transactions(con); _people(con, p); _incidents(con)
+    con.execute("CREATE TEMP TABLE stage AS " + " UNION ALL ".join(parts)); tick('purchases')
+    con.execute("INSERT INTO stage " + _spike_sql(p, _spike_size(con, p))); tick('spike')
+    _transactions(con); tick('transactions')
+    _people(con, p); tick('players and devices')
+    _incidents(con); tick('incidents')
     n = con.execute("SELECT count(*) FROM transactions").fetchone()[0]
     con.execute("CREATE TABLE dataset_meta(key VARCHAR PRIMARY KEY, value VARCHAR)")
-    con.executemany("INSERT INTO dataset_meta VALUES (?, ?)", list(_meta(p, n).items()))
+    con.executemany("INSERT INTO dataset_meta VALUES (?, ?)", list(_meta(p, n).items())); tick('meta')
 
 # %% ../nbs/20_risk_data.ipynb #5e3ac27a
 def _writable(d:Path) -> bool:
@@ -321,10 +374,9 @@ def _writable(d:Path) -> bool:
     except OSError: return False
 
 def default_db_path() -> Path:
-    "Where the sample database lives: `$REACH_DATA_DB`, else `<data_dir>/generated/risk.duckdb` (or the user cache)."
+    "Where the sample database lives: `$REACH_DATA_DB`, else `<data_dir>/generated/risk.duckdb`."
     if env := os.environ.get('REACH_DATA_DB'): return Path(env).expanduser()
-    p = data_path('generated', 'risk.duckdb')
-    return p if _writable(p.parent) else Path.home()/'.cache'/'reach_nb'/'generated'/'risk.duckdb'
+    return data_path('generated', 'risk.duckdb')
 
 def kb_dir() -> Path:
     "The knowledge-base folder (`data/kb`): from the settings' data dir, else beside the package's checkout."
@@ -346,14 +398,17 @@ def _build_lock(path:Path):
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
 
+# %% ../nbs/20_risk_data.ipynb #8edf8e06
 def read_meta(path:Path|str) -> dict|None:
     "The `dataset_meta` of a finished dataset at `path`, or None if there is none (missing, partial, other schema)."
     path = Path(path)
     if not path.exists(): return None
     try:
-        with duckdb.connect(str(path), read_only=True) as con: meta = dict(con.execute("SELECT key, value FROM dataset_meta").fetchall())
+        with duckdb.connect(str(path), read_only=True) as con:
+            meta = dict(con.execute("SELECT key, value FROM dataset_meta").fetchall())
     except duckdb.Error as e:
-        if _in_use(e): raise RuntimeError(f"{path} is open for writing (by another process, or read-write in this one); close that connection, or open it with read_only=True.") from e
+        if _in_use(e): raise RuntimeError(f"{path} is open for writing (by another process, or read-write in this "
+                                          "one); close that connection, or open it with read_only=True.") from e
         return None
     return meta if meta.get('complete') == 'true' and meta.get('schema_version') == SCHEMA_VERSION else None
 
@@ -365,40 +420,67 @@ def _fits(meta:dict|None, rows:int|None, seed:int|None) -> bool:
     return bool(meta) and (rows is None or meta['rows'] == str(rows)) and (seed is None or meta['seed'] == str(seed))
 
 # %% ../nbs/20_risk_data.ipynb #302ce69d
-def _build(path:Path, rows:int, seed:int) -> Path:
+class DatasetPath(type(Path())):
+    "A dataset's path that knows whether `build_dataset` reused a finished dataset (`reused=True`) or built it."
+    reused: bool = False
+
+def _dataset_path(path:Path, reused:bool, progress:bool=False) -> DatasetPath:
+    if reused and progress:
+        m = read_meta(path) or {}
+        print(f"Reusing the finished dataset at {path} ({int(m.get('rows', 0)):,} rows, seed {m.get('seed')}); "
+              "force=True rebuilds it.", file=sys.stderr, flush=True)
+    out = DatasetPath(path); out.reused = reused
+    return out
+
+# %% ../nbs/20_risk_data.ipynb #49206018
+def _check_rows(rows):
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 10_000: return
+    positive = isinstance(rows, int) and rows > 0
+    what = 'too small for the patterns to mean anything' if positive else 'not a positive number of transactions'
+    raise UserError(f"rows={rows!r} is {what}", 'rows', 'use rows >= 10000 (the default is 1,000,000)')
+
+def _check_folder(path:Path):
+    "A `UserError` naming the folder when a dataset cannot be built in it."
+    if _writable(path.parent): return
+    m = read_meta(path)
+    holds = f"holds a dataset of {m['rows']} rows, seed {m['seed']}, not the one asked for" if m else \
+            'holds no finished dataset'
+    raise UserError(f"cannot build the risk dataset: the folder is not writable and {holds}", str(path.parent),
+                    "make it writable, or point REACH_DATA_DB at a file in a writable folder "
+                    "(or set data_dir in settings.ini)")
+
+# %% ../nbs/20_risk_data.ipynb #acac4db9
+def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
     "Generate into `<path>.building`, then rename over `path`; call holding the build lock."
-    if rows < 10_000: raise ValueError(f"rows={rows} is too small for the patterns to mean anything; use rows >= 10000.")
     tmp = Path(f'{path}.building')
     for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)  # a killed earlier build
+    bar = tqdm(total=len(_STAGES), desc=f"Building {path.name} ({rows:,} rows, seed {seed})", unit='stage',
+               file=sys.stderr, disable=not progress)
     try:
-        with duckdb.connect(str(tmp)) as con: _generate(con, _Plan(rows, seed))
+        with duckdb.connect(str(tmp)) as con:
+            _generate(con, _Plan(rows, seed), lambda stage: (bar.set_postfix_str(stage), bar.update()))
         Path(f'{path}.wal').unlink(missing_ok=True)  # a stale log must not be replayed onto the new file
         os.replace(tmp, path)
     finally:
+        bar.close()
         for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)
     return path
 
+# %% ../nbs/20_risk_data.ipynb #80edba9b
 def build_dataset(path:Path|str|None=None, # target file; default `default_db_path()`
-                  rows:int=DEFAULT_ROWS, # approximate number of transactions
+                  rows:int=DEFAULT_ROWS, # approximate number of transactions, at least 10,000
                   seed:int=DEFAULT_SEED, # same seed, same data
                   force:bool=False, # rebuild even if a finished dataset of this size and seed is there
-                 ) -> Path:
-    "Build the sample risk dataset at `path` (atomically) unless an identical one is already there."
+                  progress:bool=False, # show a progress bar on stderr, and say so when a dataset is reused
+                 ) -> DatasetPath:
+    "Build the sample risk dataset at `path` (atomically) unless an identical one is there; `.reused` says which."
+    _check_rows(rows)
     path = Path(path) if path else default_db_path()
+    if not force and _fits(read_meta(path), rows, seed): return _dataset_path(path, True, progress)  # no lock to read
+    _check_folder(path)
     with _build_lock(path):
-        if not force and _fits(read_meta(path), rows, seed): return path
-        return _build(path, rows, seed)
-
-def ensure_dataset(path:Path|str|None=None, # default `default_db_path()`
-                   rows:int|None=None, # require this size; None accepts any finished dataset
-                   seed:int|None=None, # require this seed; None accepts any
-                  ) -> Path:
-    "The path of a finished dataset, building the default one (1M rows, seed 7) on first use."
-    path = Path(path) if path else default_db_path()
-    if _fits(read_meta(path), rows, seed): return path
-    with _build_lock(path):
-        if _fits(read_meta(path), rows, seed): return path  # another process built it while we waited
-        return _build(path, rows or DEFAULT_ROWS, DEFAULT_SEED if seed is None else seed)
+        if not force and _fits(read_meta(path), rows, seed): return _dataset_path(path, True, progress)
+        return _dataset_path(_build(path, rows, seed, progress), False)
 
 # %% ../nbs/20_risk_data.ipynb #b5dcef98
 def ground_truth(path:Path|str|None=None) -> list[dict]:
@@ -413,4 +495,20 @@ def ground_truth(path:Path|str|None=None) -> list[dict]:
 def table_checksums(path:Path|str) -> dict[str, tuple[int, int]]:
     "{table: (row count, sum of row hashes)} for every table of the dataset at `path`."
     with duckdb.connect(str(path), read_only=True) as con:
-        return {t: tuple(int(v) for v in con.execute(f"SELECT count(*), coalesce(sum(hash(x)), 0)::HUGEINT FROM {t} x").fetchone()) for t in TABLES}
+        sql = "SELECT count(*), coalesce(sum(hash(x)), 0)::HUGEINT FROM {} x"
+        return {t: tuple(int(v) for v in con.execute(sql.format(t)).fetchone()) for t in TABLES}
+
+# %% ../nbs/20_risk_data.ipynb #840618da
+def ensure_dataset(path:Path|str|None=None, # default `default_db_path()`
+                   rows:int|None=None, # require this size; None accepts any finished dataset
+                   seed:int|None=None, # require this seed; None accepts any
+                   progress:bool=False, # show a progress bar on stderr if it has to build
+                  ) -> Path:
+    "The path of a finished dataset, building the default one (1M rows, seed 7) on first use."
+    if rows is not None: _check_rows(rows)
+    path = Path(path) if path else default_db_path()
+    if _fits(read_meta(path), rows, seed): return path
+    _check_folder(path)
+    with _build_lock(path):
+        if _fits(read_meta(path), rows, seed): return path  # another process built it while we waited
+        return _build(path, DEFAULT_ROWS if rows is None else rows, DEFAULT_SEED if seed is None else seed, progress)

@@ -8,6 +8,7 @@ import json, re, tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, timedelta
+from itertools import groupby
 from pathlib import Path
 from typing import Callable
 from .core import Run
@@ -18,10 +19,11 @@ from .risk_data import ensure_dataset
 from .risk_tools import RiskWorkspace, risk_registry
 
 # %% auto #0
-__all__ = ['PLANS', 'PHASES', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'Seen', 'read_observations', 'Question', 'read_question',
+__all__ = ['PLANS', 'ROUNDS', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'Seen', 'read_observations', 'Question', 'read_question',
            'task_steps', 'md_table', 'data_range', 'window', 'look_at_data', 'describe_transactions', 'read_playbook',
-           'check_operators', 'make_procedure', 'make_task', 'run_it', 'read_results', 'gather', 'spike_answer',
-           'survey_answer', 'conclude', 'next_reply', 'SimAnalyst', 'risk_agent', 'run_risk_demo']
+           'check_operators', 'make_procedure', 'make_task', 'run_it', 'read_results', 'together', 'plan_reply',
+           'gather', 'spike_answer', 'survey_answer', 'conclude', 'next_reply', 'SimAnalyst', 'risk_agent',
+           'run_risk_demo']
 
 # %% ../nbs/22_sim_analyst.ipynb #0fa183ff
 @dataclass
@@ -32,18 +34,22 @@ class Seen:
     ok: bool
     text: str
     error: str|None = None
+    turn: int = 0  # the position of its message in the conversation: the calls of one reply share it
 
 _HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \(FAILED, (?P<error>\w+)\))?:')
+
+def _blocks(text:str) -> list[tuple[str, str]]:
+    "(head line, body) of each observation block in one message."
+    return [block.partition('\n')[::2] for block in re.split(r'\n\n(?=Observation for )', text)]
 
 def read_observations(messages:list[dict]) -> list[Seen]:
     "Every observation in `messages`, oldest first, from the user messages that start with 'Observation for'."
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         text = m.get('content')
         if m.get('role') != 'user' or not isinstance(text, str) or not text.startswith('Observation for '): continue
-        for block in re.split(r'\n\n(?=Observation for )', text):
-            head, _, body = block.partition('\n')
-            if h := _HEAD.fullmatch(head): out.append(Seen(h['tool'], h['call'], h['error'] is None, body, h['error']))
+        for head, body in _blocks(text):
+            if h := _HEAD.fullmatch(head): out.append(Seen(h['tool'], h['call'], not h['error'], body, h['error'], i))
     return out
 
 # %% ../nbs/22_sim_analyst.ipynb #7c0157d6
@@ -93,33 +99,40 @@ def md_table(text:str) -> list[dict]:
     cells = lambda l: [c.strip() for c in l.strip().strip('|').split('|')]
     return [dict(zip(cells(lines[0]), cells(l))) for l in lines[2:]] if len(lines) > 2 else []
 
+# %% ../nbs/22_sim_analyst.ipynb #95a24140
 def data_range(seen:list[Seen]) -> tuple[date, date]|None:
     "The first and last day of the data, as `list_datasets` or `describe_dataset` reported it."
     for s in reversed(seen):
         if s.ok and (m := _search(r'(?:cover|time range:) (\d{4}-\d\d-\d\d)\.\.(\d{4}-\d\d-\d\d)', s)):
             return date.fromisoformat(m[1]), date.fromisoformat(m[2])
 
+def window(q:Question, rng:tuple[date, date]) -> dict:
+    "The task's dates: the last `q.days` days of the data; a survey also gets a baseline as long, just before."
+    end = rng[1]
+    start = max(rng[0], end - timedelta(q.days - 1))
+    w = {'start': str(start), 'end': str(end)}
+    if q.kind == 'survey': w |= {'baseline_start': str(start - timedelta(q.days)),
+                                 'baseline_end': str(start - timedelta(1))}
+    return w
+
 # %% ../nbs/22_sim_analyst.ipynb #13ac182b
 _STEPS = {'trend': {'operator': 'trend', 'params': {'granularity': 'day'}},
-          'concentration': {'operator': 'concentration', 'params': {'top': 3}},  # default dims: the six of seed 000
+          'concentration': {'operator': 'concentration', 'params': {'top': 3}},  # default dims: all six
           'cohort_compare': {'operator': 'cohort_compare', 'params': {'by': 'game_id'}},
           'sharing:muid': {'operator': 'sharing', 'params': {'entity': 'muid', 'min_users': 20}},
           'sharing:payer_id': {'operator': 'sharing', 'params': {'entity': 'payer_id', 'min_users': 20}},
           'refund_rate': {'operator': 'refund_rate', 'params': {'by': 'user_id', 'threshold': 0.5, 'min_txns': 5}}}
 
-PLANS = {  # per kind of question: the procedure's name and steps, the steps whose rows to read (and how many), the knowledge query
-    'spike': dict(name='spike drivers', steps=['trend', 'concentration', 'cohort_compare', 'sharing:muid', 'sharing:payer_id'],
-                  reads={'concentration': 1, 'cohort_compare': 6, 'sharing:muid': 5}, kb='recharge volume jump channel spike 充值量突增'),
-    'survey': dict(name='recharge anomalies', steps=['cohort_compare', 'concentration', 'sharing:muid', 'sharing:payer_id', 'refund_rate'],
-                   reads={'concentration': 1, 'cohort_compare': 6, 'sharing:muid': 10}, kb='recharge anomalies proxy recharge refund abuse 充值异常 代充 退款')}
-
-def window(q:Question, rng:tuple[date, date]) -> dict:
-    "The task's dates: the last `q.days` days of the data; a survey also gets a baseline of the same length just before."
-    end = rng[1]
-    start = max(rng[0], end - timedelta(q.days - 1))
-    w = {'start': str(start), 'end': str(end)}
-    if q.kind == 'survey': w |= {'baseline_start': str(start - timedelta(q.days)), 'baseline_end': str(start - timedelta(1))}
-    return w
+# per kind of question: the procedure's name and steps, the steps whose rows to read (and how many), the knowledge query
+PLANS = {
+    'spike': dict(name='spike drivers',
+                  steps=['trend', 'concentration', 'cohort_compare', 'sharing:muid', 'sharing:payer_id'],
+                  reads={'concentration': 1, 'cohort_compare': 6, 'sharing:muid': 5},
+                  kb='recharge volume jump channel spike 充值量突增'),
+    'survey': dict(name='recharge anomalies',
+                   steps=['cohort_compare', 'concentration', 'sharing:muid', 'sharing:payer_id', 'refund_rate'],
+                   reads={'concentration': 1, 'cohort_compare': 6, 'sharing:muid': 10},
+                   kb='recharge anomalies proxy recharge refund abuse 充值异常 代充 退款')}
 
 # %% ../nbs/22_sim_analyst.ipynb #c2dd8453
 class _Missing(Exception): "A value the next call needs was not found in the observations."
@@ -133,43 +146,49 @@ def _act(thought:str, tool:str, **args) -> dict: return {'thought': thought, 'ac
 def look_at_data(q:Question, seen:list[Seen]) -> dict|None:
     "1. Which datasets are there, and which days do they cover?"
     if _last(seen, 'list_datasets'): return None
-    return _act("First: which data is there and which days it covers. 'Last week' must come from the data, not from today's date.", 'list_datasets')
+    return _act("First: which data is there and which days it covers. 'Last week' must come from the data, "
+                "not from today's date.", 'list_datasets')
 
 def describe_transactions(q:Question, seen:list[Seen]) -> dict|None:
     "2. The fields of the payments table: the dimensions a procedure can split by."
     if _last(seen, 'describe_dataset'): return None
     lo, hi = _need(data_range(seen), "the data's date range")
-    return _act(f"The transactions cover {lo}..{hi}. Next their fields, to see which dimensions I can split the change by.", 'describe_dataset', dataset='transactions')
+    return _act(f"The transactions cover {lo}..{hi}; their fields show which dimensions I can split the change by.",
+                'describe_dataset', dataset='transactions')
 
+# %% ../nbs/22_sim_analyst.ipynb #9e29ec22
 def read_playbook(q:Question, seen:list[Seen]) -> dict|None:
     "3. The knowledge base's playbook for this kind of question."
     if _last(seen, 'search_knowledge'): return None
-    return _act('Before planning, I look up the playbook for this kind of question in the knowledge base.', 'search_knowledge', query=PLANS[q.kind]['kb'], limit=2)
+    return _act('The knowledge base has playbooks: I look up the one for this kind of question.', 'search_knowledge',
+                query=PLANS[q.kind]['kb'], limit=2)
 
 def check_operators(q:Question, seen:list[Seen]) -> dict|None:
     "4. The operators a procedure can use, with their parameters."
     if _last(seen, 'list_operators'): return None
-    hit = _search(r'^\[1\] \S+ › (.*)$', _last(seen, 'search_knowledge'))
-    src = f'The knowledge base points to "{hit[1]}".' if hit else 'The knowledge base had nothing specific.'
-    return _act(f'{src} Now the operators I can compose into a procedure.', 'list_operators')
+    return _act('And the operators I can compose into a procedure.', 'list_operators')
 
-# %% ../nbs/22_sim_analyst.ipynb #4f91b8f3
 def make_procedure(q:Question, seen:list[Seen]) -> dict|None:
     "5. A procedure with the steps this kind of question needs."
     if _last(seen, 'create_procedure'): return None
+    hit = _search(r'^\[1\] \S+ › (.*)$', _last(seen, 'search_knowledge'))
+    src = f'The knowledge base points to "{hit[1]}".' if hit else 'The knowledge base had nothing specific.'
+    why = ('trend for when, concentration over the six dimensions for where, a comparison by game, and shared devices '
+           'and payers for who' if q.kind == 'spike' else
+           'a comparison by game, concentration, shared devices and payers (代充 rings) and refund rates per account')
     plan = PLANS[q.kind]
-    why = ('trend for when, concentration over the six dimensions for where, a comparison by game, and shared devices and payers for who'
-           if q.kind == 'spike' else 'a comparison by game, concentration, shared devices and payers (代充 rings) and refund rates per account')
-    return _act(f'The procedure: {why}.', 'create_procedure', name=plan['name'], steps=[_STEPS[s] for s in plan['steps']], description=q.text)
+    return _act(f'{src} The procedure: {why}.', 'create_procedure', name=plan['name'],
+                steps=[_STEPS[s] for s in plan['steps']], description=q.text)
 
+# %% ../nbs/22_sim_analyst.ipynb #4f91b8f3
 def make_task(q:Question, seen:list[Seen]) -> dict|None:
     "6. A task: the procedure over the last `q.days` days of the data, against a baseline."
     if _last(seen, 'create_task'): return None
     pid = _need(_search(r'Created procedure (proc_\d+)', _last(seen, 'create_procedure')), 'the procedure id')[1]
     rng = _need(data_range(seen), "the data's date range")
     w = window(q, rng)
-    return _act(f"The data ends on {rng[1]}, so the last {q.days} days are {w['start']}..{w['end']}; I compare them with the days before.",
-                'create_task', procedure_id=pid, **w)
+    return _act(f"The data ends on {rng[1]}, so the last {q.days} days are {w['start']}..{w['end']}; "
+                "I compare them with the days before.", 'create_task', procedure_id=pid, **w)
 
 def run_it(q:Question, seen:list[Seen]) -> dict|None:
     "7. Run the task."
@@ -178,16 +197,34 @@ def run_it(q:Question, seen:list[Seen]) -> dict|None:
     return _act(f'Task {tid} is created; run it.', 'run_task', task_id=tid)
 
 def read_results(q:Question, seen:list[Seen]) -> dict|None:
-    "8. The rows behind the headlines the conclusion needs, one step at a time (all steps at once would be cut short)."
+    "8. The rows behind the headlines the conclusion needs: one `get_result` per step, all in one reply."
     run = _last(seen, 'run_task')
     tid, steps = _need(_search(r'^(task_\d+)', run), 'the task id in the run')[1], task_steps(run.text)
-    for key, top in PLANS[q.kind]['reads'].items():
-        if key not in steps: continue
-        n, head = steps[key]
-        if not _last(seen, 'get_result', f"[{n}] {key.split(':')[0]}("):
-            return _act(f'Step {n} ({key}) says: {head[:160]}… I need its rows.', 'get_result', task_id=tid, step=n, top=top)
+    todo = [(key, top, *steps[key]) for key, top in PLANS[q.kind]['reads'].items()
+            if key in steps and not _last(seen, 'get_result', f"[{steps[key][0]}] {key.split(':')[0]}(")]
+    if not todo: return None
+    thought = ' '.join(f'Step {n} ({key}) says: {head[:160]}… I need its rows.' for key, _, n, head in todo)
+    return {'thought': thought, 'actions': [{'tool': 'get_result', 'args': {'task_id': tid, 'step': n, 'top': top}}
+                                            for _, top, n, _ in todo]}
 
-PHASES: list[Callable] = [look_at_data, describe_transactions, read_playbook, check_operators, make_procedure, make_task, run_it, read_results]
+# %% ../nbs/22_sim_analyst.ipynb #87d23030
+ROUNDS: list[list[Callable]] = [[look_at_data], [describe_transactions, read_playbook, check_operators],
+                                [make_procedure], [make_task], [run_it], [read_results]]
+
+def _calls(move:dict) -> list[dict]: return move['actions'] if 'actions' in move else [move['action']]
+
+def together(moves:list[dict]) -> dict|None:
+    "Moves that do not depend on each other as one reply: one `actions` list (`action` for a single call)."
+    calls, thought = [c for m in moves for c in _calls(m)], ' '.join(m['thought'] for m in moves)
+    if len(calls) < 2: return {'thought': thought, 'action': calls[0]} if calls else None
+    why = f"I make these {len(calls)} calls at once: none needs another's result."
+    return {'thought': f'{why} {thought}', 'actions': calls}
+
+def plan_reply(q:Question, seen:list[Seen]) -> dict|None:
+    "The calls of the first round with work left, as one reply; None when every round is done."
+    for phases in ROUNDS:
+        if reply := together([m for p in phases if (m := p(q, seen)) is not None]): return reply
+    return None
 
 # %% ../nbs/22_sim_analyst.ipynb #d320ec4e
 def _rows(seen:list[Seen], steps:dict, key:str) -> list[dict]:
@@ -196,21 +233,29 @@ def _rows(seen:list[Seen], steps:dict, key:str) -> list[dict]:
     s = _last(seen, 'get_result', f"[{steps[key][0]}] {key.split(':')[0]}(")
     return md_table(s.text) if s else []
 
+# the headlines' numbers: the task's dates, the total change, the top contributors, the top payer, peak days, refunds
+_TASK = r'window (\S+) \(\d+ days\) vs baseline (\S+) \(\d+ days\)'
+_TOTAL = r'amount ([\d,]+) CNY vs baseline ([\d,]+) \(scaled to \d+ days\): ([+-][\d.]+%)'
+_TOP = r'(\w+)=(\S+) (-?[\d.]+%) \(baseline share ([\d.]+%)\)'
+_PAYER = r'top (\S+): ([\d,]+) accounts, .*mostly (\S+) / (\S+)'
+_PEAKS = r'mean: in the window (.*?)(?:; in the baseline|$)'
+_REFUNDS = (r'([\d,]+) of [\d,]+ user_id values refunded ≥ (\d+%) .*?\(with ≥ (\d+) payments\); '
+            r'overall refund rate ([\d.]+%)')
+
+# %% ../nbs/22_sim_analyst.ipynb #0360ec3e
 def gather(seen:list[Seen]) -> dict:
     "The numbers a conclusion may quote, read from the observations; a key is absent when its number was not found."
     f, run = {}, _last(seen, 'run_task')
     steps = task_steps(run.text) if run else {}
     head = lambda k: steps.get(k, (0, ''))[1]
-    if m := _search(r'window (\S+) \(\d+ days\) vs baseline (\S+) \(\d+ days\)', _last(seen, 'create_task')): f['window'], f['baseline'] = m[1], m[2]
-    if m := _search(r'amount ([\d,]+) CNY vs baseline ([\d,]+) \(scaled to \d+ days\): ([+-][\d.]+%)', head('concentration')):
-        f['total'], f['base_total'], f['growth'] = m.groups()
-    f['top'] = {d: (v, s, b) for d, v, s, b in re.findall(r'(\w+)=(\S+) (-?[\d.]+%) \(baseline share ([\d.]+%)\)', head('concentration'))}
+    if m := _search(_TASK, _last(seen, 'create_task')): f['window'], f['baseline'] = m[1], m[2]
+    if m := _search(_TOTAL, head('concentration')): f['total'], f['base_total'], f['growth'] = m.groups()
+    f['top'] = {d: (v, s, b) for d, v, s, b in re.findall(_TOP, head('concentration'))}
     f['names'] = {r['value']: r['name'] for r in _rows(seen, steps, 'concentration') if r.get('name')}
     f['games'], f['devices'] = _rows(seen, steps, 'cohort_compare'), _rows(seen, steps, 'sharing:muid')
-    if m := _search(r'top (\S+): ([\d,]+) accounts, .*mostly (\S+) / (\S+)', head('sharing:payer_id')): f['payer'] = m.groups()
-    if m := _search(r'mean: in the window (.*?)(?:; in the baseline|$)', head('trend')): f['peaks'] = m[1]
-    if m := _search(r'([\d,]+) of [\d,]+ user_id values refunded ≥ (\d+%) .*?\(with ≥ (\d+) payments\); overall refund rate ([\d.]+%)', head('refund_rate')):
-        f['refunds'] = m.groups()
+    if m := _search(_PAYER, head('sharing:payer_id')): f['payer'] = m.groups()
+    if m := _search(_PEAKS, head('trend')): f['peaks'] = m[1]
+    if m := _search(_REFUNDS, head('refund_rate')): f['refunds'] = m.groups()
     return f
 
 # %% ../nbs/22_sim_analyst.ipynb #094bc56b
@@ -231,8 +276,11 @@ def _gaps(q:Question, f:dict) -> str:
     en, zh = [g[0] for g in f.get('gaps', [])], [g[1] for g in f.get('gaps', [])]
     if not en: return ''
     listed = ', '.join(en[:-1]) + (' or ' if len(en) > 1 else '') + en[-1]
-    return _say(q, f"I could not find {listed} in the results, so I say nothing about {'them' if len(en) > 1 else 'it'}.", f"结果中没有找到{'、'.join(zh)}，这些方面不作结论。")
+    them = 'them' if len(en) > 1 else 'it'
+    return _say(q, f"I could not find {listed} in the results, so I say nothing about {them}.",
+                f"结果中没有找到{'、'.join(zh)}，这些方面不作结论。")
 
+# %% ../nbs/22_sim_analyst.ipynb #a0c6c1ad
 def _change(q:Question, pct:str) -> str:
     "'rose 48.9%' or 'fell 3.1%' (上涨/下降) from a signed percentage."
     up = not pct.startswith('-')
@@ -242,7 +290,8 @@ def _pct(s:str) -> float: return float(s.strip('+%'))
 
 def _devices(q:Question, rows:list[dict]) -> str:
     "Devices with their account counts: 'm1 (260 accounts), m2 (258 accounts)'."
-    return _say(q, ', '.join(f"{r['muid']} ({r['users']} accounts)" for r in rows), '、'.join(f"{r['muid']}（{r['users']} 个账号）" for r in rows))
+    return _say(q, ', '.join(f"{r['muid']} ({r['users']} accounts)" for r in rows),
+                '、'.join(f"{r['muid']}（{r['users']} 个账号）" for r in rows))
 
 def _rings(f:dict) -> dict[tuple, list[dict]]:
     "Shared devices grouped by their main (channel, game), most accounts first."
@@ -253,107 +302,133 @@ def _rings(f:dict) -> dict[tuple, list[dict]]:
 # %% ../nbs/22_sim_analyst.ipynb #b64cc837
 def _size(q:Question, f:dict) -> str:
     if 'growth' not in f or 'window' not in f: return _missing(f, 'the total change', '总量变化')
-    return _say(q, f"Recharge volume (successful payments) {_change(q, f['growth'])} in {f['window']}: {f['total']} CNY against {f['base_total']} CNY "
-                   f"for the same number of days in the baseline {f['baseline']}.",
-                f"{f['window']} 充值额（成功支付）{_change(q, f['growth'])}：{f['total']} CNY，基线 {f['baseline']} 同等天数为 {f['base_total']} CNY。")
+    return _say(q, f"Recharge volume (successful payments) {_change(q, f['growth'])} in {f['window']}: "
+                   f"{f['total']} CNY against {f['base_total']} CNY for the same number of days in the baseline "
+                   f"{f['baseline']}.",
+                f"{f['window']} 充值额（成功支付）{_change(q, f['growth'])}：{f['total']} CNY，"
+                f"基线 {f['baseline']} 同等天数为 {f['base_total']} CNY。")
+
+_DIM_WORDS = {'channel_id': ('channel', '渠道'), 'item_id': ('item', '物品'), 'game_id': ('game', '游戏')}
 
 def _drivers(q:Question, f:dict) -> str:
-    parts = [(d, *f['top'][d]) for d in ('channel_id', 'item_id', 'game_id') if d in f['top']]
+    parts = [(d, *f['top'][d]) for d in _DIM_WORDS if d in f['top']]
     if not parts: return _missing(f, 'where the change concentrates', '变化集中的维度')
-    en = {'channel_id': 'channel', 'item_id': 'item', 'game_id': 'game'}
-    zh = {'channel_id': '渠道', 'item_id': '物品', 'game_id': '游戏'}
-    return _say(q, 'The change is concentrated: ' + '; '.join(f"{en[d]} {_named(f, v)} carries {s} of it (baseline share {b})" for d, v, s, b in parts) + '.',
-                '变化高度集中：' + '；'.join(f"{zh[d]} {_named(f, v)} 占增量 {s}（基线占比 {b}）" for d, v, s, b in parts) + '。')
+    en = '; '.join(f"{_DIM_WORDS[d][0]} {_named(f, v)} carries {s} of it (baseline share {b})" for d, v, s, b in parts)
+    zh = '；'.join(f"{_DIM_WORDS[d][1]} {_named(f, v)} 占增量 {s}（基线占比 {b}）" for d, v, s, b in parts)
+    return _say(q, f'The change is concentrated: {en}.', f'变化高度集中：{zh}。')
 
+def _peaks(q:Question, f:dict) -> str:
+    if 'peaks' not in f: return ''
+    return _say(q, f"The days furthest above the trailing 7-day mean: {f['peaks']}.", f"偏离前 7 日均值最大的日期：{f['peaks']}。")
+
+# %% ../nbs/22_sim_analyst.ipynb #c967c362
 def _asked_game(q:Question, games:list[dict]) -> dict|None:
     "The game the question names, by name or id, if any."
-    return next((g for g in games if g.get('name') and g['name'].lower() in q.text.lower() or re.search(rf"\b{g['game_id']}\b", q.text)), None)
+    return next((g for g in games if g.get('name') and g['name'].lower() in q.text.lower()
+                 or re.search(rf"\b{g['game_id']}\b", q.text)), None)
 
 def _by_game(q:Question, f:dict) -> str:
     if not f['games']: return _missing(f, 'the comparison by game', '按游戏的对比')
     top, asked = f['games'][0], _asked_game(q, f['games'])
     others = max((g for g in f['games'][1:]), key=lambda g: abs(_pct(g['growth'])), default=None)
     you = _say(q, ', the game you asked about,', '（您问到的游戏）') if asked is top else ''
-    out = _say(q, f"By game, {_named(f, top['game_id'])}{you} {_change(q, top['growth'])} ({top['window_cny']} vs {top['baseline_cny']} CNY)",
-               f"按游戏看，{_named(f, top['game_id'])}{you}{_change(q, top['growth'])}（{top['window_cny']} vs {top['baseline_cny']} CNY）")
-    if others: out += _say(q, f", while no other game moved by more than {others['growth'].lstrip('+-')}.", f"，其他游戏变化都不超过 {others['growth'].lstrip('+-')}。")
+    name, up = _named(f, top['game_id']), _change(q, top['growth'])
+    cny = f"{top['window_cny']} vs {top['baseline_cny']} CNY"
+    out = _say(q, f"By game, {name}{you} {up} ({cny})", f"按游戏看，{name}{you}{up}（{cny}）")
+    if others:
+        most = others['growth'].lstrip('+-')
+        out += _say(q, f", while no other game moved by more than {most}.", f"，其他游戏变化都不超过 {most}。")
     else: out += _say(q, '.', '。')
     if asked and asked is not top:
-        out += _say(q, f" {_named(f, asked['game_id'])}, the game you asked about, changed by {asked['growth']} only: the jump is elsewhere.",
-                    f"您问到的 {_named(f, asked['game_id'])} 仅变化 {asked['growth']}，上涨不在这款游戏。")
+        out += _say(q, f" {_named(f, asked['game_id'])}, the game you asked about, changed by {asked['growth']} only: "
+                       "the jump is elsewhere.", f"您问到的 {_named(f, asked['game_id'])} 仅变化 {asked['growth']}，上涨不在这款游戏。")
     return out
-
-def _peaks(q:Question, f:dict) -> str:
-    if 'peaks' not in f: return ''
-    return _say(q, f"The days furthest above the trailing 7-day mean: {f['peaks']}.", f"偏离前 7 日均值最大的日期：{f['peaks']}。")
 
 # %% ../nbs/22_sim_analyst.ipynb #c1449bd6
 def _carriers(q:Question, f:dict, channel:str|None) -> str:
     "The shared devices (and the top shared payer) behind one channel."
     ring = [r for r in f['devices'] if r.get('top_channel') == channel]
-    if not ring: return _missing(f, f'devices shared by many accounts in channel {channel}', f'渠道 {channel} 中被多个账号共用的设备')
+    if not ring: return _missing(f, f'devices shared by many accounts in channel {channel}',
+                                 f'渠道 {channel} 中被多个账号共用的设备')
     out = _say(q, f"{len(ring)} devices paid through {channel} for many accounts each: {_devices(q, ring)}.",
                f"{len(ring)} 台设备经渠道 {channel} 为大量账号充值：{_devices(q, ring)}。")
     if 'payer' in f:
         p, n, ch, g = f['payer']
-        out += _say(q, f" One payer, {p}, paid for {n} accounts (mostly {ch} / {g}).", f"支付账号 {p} 一个为 {n} 个账号付款（主要是 {ch} / {g}）。")
+        out += _say(q, f" One payer, {p}, paid for {n} accounts (mostly {ch} / {g}).",
+                    f"支付账号 {p} 一个为 {n} 个账号付款（主要是 {ch} / {g}）。")
     return out
 
+
+# %% ../nbs/22_sim_analyst.ipynb #b4c758a2
 def _verdict(q:Question, f:dict) -> str:
+    "What the findings add up to, and what to do next."
     ch, item = f['top'].get('channel_id'), f['top'].get('item_id')
     if not ch: return ''
-    ring = [r for r in f['devices'] if r.get('top_channel') == ch[0]]
-    if _pct(ch[1]) < 50: return _say(q, 'No channel carries most of the change: it looks spread out, closer to organic growth.', '没有单一渠道承担大部分变化，更像自然增长。')
-    if not ring: return _say(q, f'One channel carries most of the change; check {ch[0]} next.', f'变化主要来自单一渠道，下一步检查 {ch[0]}。')
+    if _pct(ch[1]) < 50:
+        return _say(q, 'No channel carries most of the change: it looks spread out, closer to organic growth.',
+                    '没有单一渠道承担大部分变化，更像自然增长。')
+    if not [r for r in f['devices'] if r.get('top_channel') == ch[0]]:
+        return _say(q, f'One channel carries most of the change; check {ch[0]} next.', f'变化主要来自单一渠道，下一步检查 {ch[0]}。')
     it = item[0] if item else '?'
-    return _say(q, f"This is not organic demand: many accounts paid from a few devices and payers through one channel, on one item — the signature of a "
-                   f"proxy-recharge (代充) ring. Next: suspend {ch[0]} for {it}, block these devices and payers, and leave this volume out of growth figures.",
-                f"这不是自然增长：大量账号通过同一渠道、同一物品，由少数设备和支付账号充值——典型的代充团伙特征。"
+    return _say(q, "This is not organic demand: many accounts paid from a few devices and payers through one channel, "
+                   f"on one item — the signature of a proxy-recharge (代充) ring. Next: suspend {ch[0]} for {it}, "
+                   "block these devices and payers, and leave this volume out of growth figures.",
+                "这不是自然增长：大量账号通过同一渠道、同一物品，由少数设备和支付账号充值——典型的代充团伙特征。"
                 f"建议：暂停 {ch[0]} 渠道的 {it} 售卖，封禁上述设备和支付账号，并将这部分流水从增长数据中剔除。")
 
 def spike_answer(q:Question, f:dict) -> list[str]:
     "The conclusion for 'why did recharge volume jump?', sentence by sentence."
     ch = f['top'].get('channel_id', (None,))[0]
-    return [s for s in (_size(q, f), _drivers(q, f), _by_game(q, f), _peaks(q, f), _carriers(q, f, ch) if ch else '', _verdict(q, f)) if s]
+    parts = (_size(q, f), _drivers(q, f), _by_game(q, f), _peaks(q, f), _carriers(q, f, ch) if ch else '',
+             _verdict(q, f))
+    return [s for s in parts if s]
 
 # %% ../nbs/22_sim_analyst.ipynb #bf8f4866
 def _scope(q:Question, f:dict) -> str:
     if 'window' not in f: return _missing(f, 'the window of the task', '任务的时间窗口')
-    return _say(q, f"Window {f['window']} against the baseline {f['baseline']}.", f"分析窗口 {f['window']}，对比基线 {f['baseline']}。")
+    return _say(q, f"Window {f['window']} against the baseline {f['baseline']}.",
+                f"分析窗口 {f['window']}，对比基线 {f['baseline']}。")
 
 def _game_finding(q:Question, f:dict, i:int, game:str, rings:list) -> str:
     "One game: its growth, where its change concentrates, and the shared devices of each ring in it."
     g = next((r for r in f['games'] if r['game_id'] == game), None)
-    out = f"{i}. {_named(f, game)}{_say(q, ': ', '：')}" + (_say(q, f"recharge volume {_change(q, g['growth'])} ({g['window_cny']} vs {g['baseline_cny']} CNY). ",
-                                                                f"充值额{_change(q, g['growth'])}（{g['window_cny']} vs {g['baseline_cny']} CNY）。") if g else '')
+    out = f"{i}. {_named(f, game)}{_say(q, ': ', '：')}"
+    if g: out += _say(q, f"recharge volume {_change(q, g['growth'])} ({g['window_cny']} vs {g['baseline_cny']} CNY). ",
+                      f"充值额{_change(q, g['growth'])}（{g['window_cny']} vs {g['baseline_cny']} CNY）。")
     ch, item, top = (f['top'].get(d) for d in ('channel_id', 'item_id', 'game_id'))
     if top and top[0] == game and ch:
-        out += _say(q, f"The overall change concentrates here: channel {_named(f, ch[0])} carries {ch[1]} of it (baseline share {ch[2]})" + (f", item {item[0]} {item[1]}. " if item else '. '),
-                    f"全盘增量集中于此：渠道 {_named(f, ch[0])} 占增量 {ch[1]}（基线占比 {ch[2]}）" + (f"，物品 {item[0]} 占 {item[1]}。" if item else '。'))
+        out += _say(q, f"The overall change concentrates here: channel {_named(f, ch[0])} carries {ch[1]} of it "
+                       f"(baseline share {ch[2]})" + (f", item {item[0]} {item[1]}. " if item else '. '),
+                    f"全盘增量集中于此：渠道 {_named(f, ch[0])} 占增量 {ch[1]}（基线占比 {ch[2]}）"
+                    + (f"，物品 {item[0]} 占 {item[1]}。" if item else '。'))
     for (channel, _), rows in rings:
-        out += _say(q, f"{len(rows)} devices pay through {channel} for many accounts each: {_devices(q, rows)} — proxy recharge (代充). ",
-                    f"{len(rows)} 台设备经渠道 {channel} 为大量账号充值：{_devices(q, rows)}——疑似代充。")
+        out += _say(q, f"{len(rows)} devices pay through {channel} for many accounts each: {_devices(q, rows)} "
+                       "— proxy recharge (代充). ", f"{len(rows)} 台设备经渠道 {channel} 为大量账号充值：{_devices(q, rows)}——疑似代充。")
     return out.strip()
 
+# %% ../nbs/22_sim_analyst.ipynb #c11da5e1
 def _refund_finding(q:Question, f:dict) -> str:
     if 'refunds' not in f: return _missing(f, 'the refund rates', '退款率')
     n, th, k, overall = f['refunds']
-    out = _say(q, f"Refunds: {n} accounts refunded at least {th} of what they paid (with at least {k} payments); the overall refund rate is {overall}.",
-               f"退款：{n} 个账号退款金额 ≥ {th}（至少 {k} 笔支付），整体退款率 {overall}。")
+    out = _say(q, f"Refunds: {n} accounts refunded at least {th} of what they paid (with at least {k} payments); "
+                  f"the overall refund rate is {overall}.", f"退款：{n} 个账号退款金额 ≥ {th}（至少 {k} 笔支付），整体退款率 {overall}。")
     g = max(f['games'], key=lambda r: _pct(r['window_refund_rate']) if r.get('window_refund_rate') else 0, default=None)
     if g and g.get('window_refund_rate'):
-        out += _say(q, f" The game with the highest refund rate is {_named(f, g['game_id'])}: {g['window_refund_rate']} (baseline {g['baseline_refund_rate']}).",
-                    f"退款率最高的游戏是 {_named(f, g['game_id'])}：{g['window_refund_rate']}（基线 {g['baseline_refund_rate']}）。")
+        name, now, before = _named(f, g['game_id']), g['window_refund_rate'], g['baseline_refund_rate']
+        out += _say(q, f" The game with the highest refund rate is {name}: {now} (baseline {before}).",
+                    f"退款率最高的游戏是 {name}：{now}（基线 {before}）。")
     return out
 
 def survey_answer(q:Question, f:dict) -> list[str]:
     "The conclusion for an anomaly survey, sentence by sentence; a refund question gets the refunds first."
     games = list(dict.fromkeys(g for _, g in _rings(f)))
-    found = [_game_finding(q, f, i, g, [(k, v) for k, v in _rings(f).items() if k[1] == g]) for i, g in enumerate(games, 1)]
+    found = [_game_finding(q, f, i, g, [(k, v) for k, v in _rings(f).items() if k[1] == g])
+             for i, g in enumerate(games, 1)]
     if not found: found = [_missing(f, 'devices shared by many accounts', '被多个账号共用的设备')]
     head = _say(q, f"Anomalies found in {len(games)} games:", f"发现 {len(games)} 款游戏存在充值异常：") if games else ''
-    payer = _say(q, f"The top shared payer, {f['payer'][0]}, paid for {f['payer'][1]} accounts (mostly {f['payer'][2]} / {f['payer'][3]}).",
-                 f"共用最多的支付账号 {f['payer'][0]} 为 {f['payer'][1]} 个账号付款（主要是 {f['payer'][2]} / {f['payer'][3]}）。") if 'payer' in f else ''
+    p = f.get('payer')
+    payer = _say(q, f"The top shared payer, {p[0]}, paid for {p[1]} accounts (mostly {p[2]} / {p[3]}).",
+                 f"共用最多的支付账号 {p[0]} 为 {p[1]} 个账号付款（主要是 {p[2]} / {p[3]}）。") if p else ''
     rings = [s for s in [head, *found, payer] if s]
     body = [_refund_finding(q, f), *rings] if q.focus == 'refund' else [*rings, _refund_finding(q, f)]
     return [_scope(q, f), *body]
@@ -365,15 +440,18 @@ def conclude(q:Question, seen:list[Seen], reason:str|None=None) -> dict:
     lines = (spike_answer if q.kind == 'spike' else survey_answer)(q, f)
     lines = [l for l in lines + [_gaps(q, f)] if l]
     if reason: lines.insert(0, _say(q, f"I could not complete the analysis: {reason}.", f"分析未能完成：{reason}。"))
-    thought = (_say(q, f'Stopping early: {reason}.', f'提前结束：{reason}。') if reason else
-               _say(q, 'I have the headlines and the rows I need; the conclusion quotes the numbers the tools returned.', '所需的结果都已拿到；结论只引用工具返回的数字。'))
+    done = _say(q, 'I have the headlines and the rows I need; the conclusion quotes the numbers the tools returned.',
+                '所需的结果都已拿到；结论只引用工具返回的数字。')
+    thought = _say(q, f'Stopping early: {reason}.', f'提前结束：{reason}。') if reason else done
     return {'thought': thought, 'answer': '\n'.join(lines)}
 
 # %% ../nbs/22_sim_analyst.ipynb #f0e7188b
 def _question(messages:list[dict]) -> str:
+    "The question: the first user message."
     return next((m['content'] for m in messages if m.get('role') == 'user' and isinstance(m.get('content'), str)), '')
 
 def _told_to_answer(messages:list[dict]) -> bool:
+    "Has the agent said that no more tools may be called (the step limit)?"
     last = messages[-1] if messages else {}
     return last.get('role') == 'user' and 'Do not call any more tools' in str(last.get('content'))
 
@@ -384,36 +462,47 @@ def _failure(s:Seen) -> str:
 def _correcting(reply:dict, last:Seen) -> dict:
     "`reply`, with a thought that says it corrects the failed call `last`."
     near = _search(r"[Dd]id you mean '([^']+)'", last)
-    fix = f"I use the suggested name {near[1]!r}." if near and last.error == 'unknown_tool' else 'I correct the call and try once more.'
+    fix = 'I correct the call and try once more.'
+    if near and last.error == 'unknown_tool': fix = f"I use the suggested name {near[1]!r}."
     return reply | {'thought': f"The last call {_failure(last)}. {fix} {reply['thought']}"}
 
+def _failed(seen:list[Seen]) -> list[list[Seen]]:
+    "The failed calls of each of the last two replies that made calls."
+    return [[s for s in t if not s.ok] for t in [list(g) for _, g in groupby(seen, key=lambda s: s.turn)][-2:]]
+
+# %% ../nbs/22_sim_analyst.ipynb #59b3d02a
 def next_reply(messages:list[dict]) -> dict:
-    "The analyst's next turn: the first phase with work left, a correction after a failure, or the conclusion."
+    "The analyst's next turn: the calls of the next round (correcting a failed one), or the conclusion."
     q, seen = read_question(_question(messages)), read_observations(messages)
     if _told_to_answer(messages): return conclude(q, seen, _say(q, 'the step limit was reached', '已达到步数上限'))
-    if len(seen) >= 2 and not (seen[-1].ok or seen[-2].ok): return conclude(q, seen, _failure(seen[-1]))
-    try: reply = next((r for p in PHASES if (r := p(q, seen)) is not None), None)
-    except _Missing as e: return conclude(q, seen, _say(q, f'I could not find {e} in the observations', f'观察结果中没有找到 {e}'))
+    failed = _failed(seen)
+    if len(failed) == 2 and all(failed): return conclude(q, seen, _failure(failed[-1][0]))
+    try: reply = plan_reply(q, seen)
+    except _Missing as e:
+        return conclude(q, seen, _say(q, f'I could not find {e} in the observations', f'观察结果中没有找到 {e}'))
     if reply is None: return conclude(q, seen)
-    return _correcting(reply, seen[-1]) if seen and not seen[-1].ok else reply
+    return _correcting(reply, failed[-1][0]) if failed and failed[-1] else reply
 
 # %% ../nbs/22_sim_analyst.ipynb #f91c2b95
-register_model('sim-analyst', lambda arg, settings=None: SimAnalyst())  # `get_model('sim-analyst')` builds one (the class is looked up when called)
+register_model('sim-analyst', lambda arg, settings=None: SimAnalyst())  # the class is looked up when called
 
 class SimAnalyst(ChatModel):
-    "A SIMULATED risk analyst, not a language model: a fixed plan in Python that reads the conversation and answers in the ReAct JSON protocol."
+    "A SIMULATED risk analyst, not a language model: a fixed Python plan that answers in the ReAct JSON protocol."
     name = 'SimAnalyst (simulated analyst, not a model)'
 
     def __init__(self):
         super().__init__()
-        self.meta = {'simulated': True, 'simulated_note': 'SimAnalyst, a scripted Python analyst and not a model, chose every call '
-                     'and wrote the conclusion from the tool results; no language model was called'}
+        self.meta = {'simulated': True,
+                     'simulated_note': 'SimAnalyst, a scripted Python analyst and not a model, chose every call and '
+                                       'wrote the conclusion from the tool results; no language model was called'}
 
     def _complete(self, messages, tools, json_mode, temperature):
-        if tools: raise ValueError("SimAnalyst speaks the JSON protocol only; run the agent with mode='json' (no native tool schemas).")
+        if tools: raise ValueError("SimAnalyst speaks the JSON protocol only; run the agent with mode='json' "
+                                   "(no native tool schemas).")
         content = json.dumps(next_reply(messages), ensure_ascii=False)
         return LLMResponse(content=content, model=self.name, finish_reason='stop',
-                           prompt_tokens=count_message_tokens(messages), completion_tokens=count_tokens(content))
+                           prompt_tokens=count_message_tokens(messages), completion_tokens=count_tokens(content),
+                           usage_estimated=True)  # counted here: no server reported them
 
 # %% ../nbs/22_sim_analyst.ipynb #a488fa16
 SPIKE_QUESTION = 'Why did recharge volume jump last week?'
@@ -424,9 +513,9 @@ def risk_agent(llm:ChatModel|None=None, # the model; default a `SimAnalyst`
                db:str|Path|None=None, # a risk dataset; default `ensure_dataset()` (built on first use)
                **agent_kw): # passed to `ReActAgent` (max_steps defaults to 20)
     "A ReAct agent over the nine risk tools in a fresh workspace store, closed on exit."
-    db = ensure_dataset() if db is None else Path(db)
-    with tempfile.TemporaryDirectory(prefix='reach-risk-demo-') as d, RiskWorkspace(db, store=Path(d)/'workspace.sqlite') as ws:
-        yield ReActAgent(llm or SimAnalyst(), risk_registry(ws, max_chars=load_settings().max_observation_chars or None), **({'max_steps': 20} | agent_kw))
+    db, cap = ensure_dataset() if db is None else Path(db), load_settings().max_observation_chars or None
+    with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, RiskWorkspace(db, store=Path(d)/'ws.sqlite') as ws:
+        yield ReActAgent(llm or SimAnalyst(), risk_registry(ws, max_chars=cap), **({'max_steps': 20} | agent_kw))
 
 def run_risk_demo(question:str=SPIKE_QUESTION, # the risk question to answer
                   llm:ChatModel|None=None, db:str|Path|None=None, **agent_kw) -> Run:

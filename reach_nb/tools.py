@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import asyncio, collections.abc, contextvars, inspect, json, os, queue, re, threading, types
+import asyncio, pydantic_core, collections.abc, contextvars, inspect, json, os, queue, re, threading, types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
@@ -16,11 +16,12 @@ from rapidfuzz import fuzz, process
 from .core import PARAM_SYNONYMS, Observation, ToolCall
 
 # %% auto #0
-__all__ = ['json_schema', 'schema_label', 'Tool', 'tool', 'as_tool', 'suggest_name', 'render_output', 'truncate', 'run_sync',
-           'ToolRegistry']
+__all__ = ['MAX_WORKERS', 'json_schema', 'schema_label', 'Tool', 'tool', 'as_tool', 'short_repr', 'suggest_name', 'render_output',
+           'truncate', 'run_sync', 'ToolRegistry']
 
 # %% ../nbs/03_tools.ipynb #6ad28347
-_PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object', list: 'array', tuple: 'array', set: 'array'}
+_PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
+          list: 'array', tuple: 'array', set: 'array'}
 _ARRAYS = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Set)
 _ANY = (inspect.Parameter.empty, Any, object)
 
@@ -88,10 +89,12 @@ def _params(fn) -> tuple[list[_Param], bool]:
     sig, hints, docs = inspect.signature(fn), _hints(fn), _docs(fn)
     ps = list(sig.parameters.values())
     if any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in ps):
-        raise ValueError(f"{fn!r} has positional-only parameters; a tool is called with keyword arguments, so wrap it in a function with named ones.")
+        raise ValueError(f"{fn!r} has positional-only parameters; a tool is called with keyword arguments, "
+                         "so wrap it in a function with named ones.")
     named = [p for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     hint = lambda p: hints.get(p.name, Any if isinstance(p.annotation, str) else p.annotation)
-    return [_Param(p.name, hint(p), p.default, docs.get(p.name)) for p in named], any(p.kind is p.VAR_KEYWORD for p in ps)
+    params = [_Param(p.name, hint(p), p.default, docs.get(p.name)) for p in named]
+    return params, any(p.kind is p.VAR_KEYWORD for p in ps)
 
 # %% ../nbs/03_tools.ipynb #b33eab58
 def _norm(name:str) -> str:
@@ -104,7 +107,8 @@ def _aliases(params:list[_Param], extra:dict|None, tool_name:str) -> dict[str, s
     "Map each normalised alias of a parameter to the parameter's name."
     names = {p.name for p in params}
     bad = set(extra or {}) - names
-    if bad: raise ValueError(f"Tool {tool_name!r}: synonyms given for {sorted(bad)}, which are not its parameters ({sorted(names)}).")
+    if bad: raise ValueError(
+        f"Tool {tool_name!r}: synonyms given for {sorted(bad)}, which are not its parameters ({sorted(names)}).")
     table = {}
     for canon, alts in [*PARAM_SYNONYMS.items(), *(extra or {}).items()]:
         if canon in names: table.update({_norm(a): canon for a in alts if a not in names})
@@ -124,6 +128,13 @@ def _example_value(p:_Param):
     return _PLACEHOLDER.get(s.get('type'), '…')
 
 # %% ../nbs/03_tools.ipynb #2dca5043
+def _check_aliases(name:str, aliases) -> list[str]:
+    "The tool's other names, each one a usable tool name."
+    bad = [a for a in aliases or [] if not isinstance(a, str) or not _NAME_RE.match(a)]
+    if bad: raise ValueError(f"Tool {name!r}: aliases {bad} are not usable tool names; use letters, digits, _ or -.")
+    return list(dict.fromkeys(aliases or []))
+
+# %% ../nbs/03_tools.ipynb #d43ee2d5
 class Tool:
     "A typed Python function the model may call, with its JSON Schema derived from the signature."
     def __init__(self, fn:Callable, # a typed function with a docstring; `async def` is fine
@@ -132,12 +143,18 @@ class Tool:
                  timeout:float|None=None, # seconds; None uses the registry's, 0 means no limit
                  max_chars:int|None=None, # cap on the output; None uses the registry's, 0 means no cap
                  examples:list[str]|None=None, # example calls shown to the model, e.g. "search(query='x')"
-                 synonyms:dict[str, list[str]]|None=None): # more parameter aliases: {'query': ['terms']}
+                 synonyms:dict[str, list[str]]|None=None, # more parameter aliases: {'query': ['terms']}
+                 aliases:list[str]|None=None): # other names the tool answers to, e.g. ['FindCases']
         self.fn, self.timeout, self.max_chars = fn, timeout, max_chars
         self.name = name or getattr(fn, '__name__', '')
-        if not _NAME_RE.match(self.name): raise ValueError(f"{self.name!r} is not a usable tool name: use letters, digits, _ or - (at most 64), e.g. tool(fn, name='lookup').")
+        if not _NAME_RE.match(self.name): raise ValueError(
+            f"{self.name!r} is not a usable tool name: use letters, digits, _ or - (at most 64), "
+            "e.g. tool(fn, name='lookup').")
+        self.aliases = _check_aliases(self.name, aliases)
         self.description = description or _first_line(inspect.getdoc(fn))
-        if not self.description: raise ValueError(f"Tool {self.name!r} has no docstring: add one line saying what it does and when to use it; the model reads it.")
+        if not self.description: raise ValueError(
+            f"Tool {self.name!r} has no docstring: add one line saying what it does and when to use it; "
+            "the model reads it.")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.params, self.takes_kwargs = _params(fn)
         self._names, self._aliases = {p.name for p in self.params}, _aliases(self.params, synonyms, self.name)
@@ -145,26 +162,35 @@ class Tool:
                            'required': [p.name for p in self.params if p.required]}
         self.examples = list(examples or []) or [self._generated_example()]
 
-    def _generated_example(self) -> str:
-        args = [f'{p.name}={_example_value(p)!r}' for p in self.params if p.required or p.default is not None]
-        return f"{self.name}({', '.join(args)})"
+# %% ../nbs/03_tools.ipynb #27ca0ae5
+@patch
+def _generated_example(self:Tool) -> str:
+    args = [f'{p.name}={_example_value(p)!r}' for p in self.params if p.required or p.default is not None]
+    return f"{self.name}({', '.join(args)})"
 
-    @property
-    def example(self) -> str: return self.examples[0]
-    def schema(self) -> dict:
-        "The tool in OpenAI function-calling format."
-        return {'type': 'function', 'function': {'name': self.name, 'description': self.description, 'parameters': self.parameters}}
-    def __call__(self, *args, **kwargs): return self.fn(*args, **kwargs)
-    def __repr__(self): return f"Tool({self.example}: {self.description})"
+@patch(as_prop=True)
+def example(self:Tool) -> str: return self.examples[0]
+
+@patch
+def schema(self:Tool) -> dict:
+    "The tool in OpenAI function-calling format."
+    fn = {'name': self.name, 'description': self.description, 'parameters': self.parameters}
+    return {'type': 'function', 'function': fn}
+
+@patch
+def __call__(self:Tool, *args, **kwargs): return self.fn(*args, **kwargs)
+@patch
+def __repr__(self:Tool): return f"Tool({self.example}: {self.description})"
 
 # %% ../nbs/03_tools.ipynb #178a355b
 def tool(fn:Callable|str|None=None, *, # the function (when used bare as `@tool`), or a name
          name:str|None=None, description:str|None=None, timeout:float|None=None, max_chars:int|None=None,
-         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None):
+         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None, aliases:list[str]|None=None):
     "Mark `fn` as an agent tool (see `Tool` for the options); usable as `@tool` or `@tool(timeout=5)`."
     if isinstance(fn, str): fn, name = None, fn
     def mark(f):
-        f.tool = Tool(f, name=name, description=description, timeout=timeout, max_chars=max_chars, examples=examples, synonyms=synonyms)
+        f.tool = Tool(f, name=name, description=description, timeout=timeout, max_chars=max_chars, examples=examples,
+                      synonyms=synonyms, aliases=aliases)
         return f
     return mark(fn) if fn is not None else mark
 
@@ -174,6 +200,15 @@ def as_tool(obj) -> Tool:
     if isinstance(getattr(obj, 'tool', None), Tool): return obj.tool
     if callable(obj): return Tool(obj)
     raise TypeError(f"Cannot make a tool from {obj!r}: pass a typed function with a docstring, or a Tool.")
+
+# %% ../nbs/03_tools.ipynb #a61a0673
+_QUOTE_MAX = 200  # characters of a model's value quoted in a message; also of a name compared for "did you mean"
+
+def short_repr(v, # what the model sent
+               n:int=_QUOTE_MAX) -> str: # most characters to quote
+    "`repr(v)`, cut to `n` characters with a note of the full length."
+    r = repr(v)
+    return r if len(r) <= n else f"{r[:n]}…[{len(r):,} characters in all]"
 
 # %% ../nbs/03_tools.ipynb #159c0c8c
 def _name_score(a:str, b:str, **kw) -> float:
@@ -185,7 +220,7 @@ def suggest_name(name:str, # the name the model used
                  cutoff:float=60) -> str|None: # lowest score (0-100) that still counts as a match
     "The real name `name` most likely meant, or None."
     by_norm = {_norm(c): c for c in choices}
-    n = _norm(name)
+    n = _norm(str(name)[:_QUOTE_MAX])  # fuzzy matching is slow on long strings; a real name is short
     if n in by_norm: return by_norm[n]
     hit = process.extractOne(n, list(by_norm), scorer=_name_score, score_cutoff=cutoff)
     return by_norm[hit[0]] if hit else None
@@ -209,7 +244,7 @@ def _coerce(p:_Param, v) -> tuple[Any, str|None]:
     "`v` as `p`'s type, or `v` with a sentence saying what was wrong."
     if p.validator is None or type(v) is p.hint or (v is None and p.default is None): return v, None
     try: return p.validator.validate_python(_loosen(v, p.schema)), None
-    except ValidationError: return v, f"'{p.name}' expects {schema_label(p.schema)}, got {v!r}"
+    except ValidationError: return v, f"'{p.name}' expects {schema_label(p.schema)}, got {short_repr(v)}"
 
 # %% ../nbs/03_tools.ipynb #10af1c11
 _POSITIONAL = re.compile(r'^_(\d+)$')
@@ -219,14 +254,15 @@ def _target(self:Tool, key:str) -> str|None:
     "The parameter `key` stands for: itself, a position `_0`, a synonym or a case variant."
     m = _POSITIONAL.match(key)
     if m: return self.params[int(m[1])].name if int(m[1]) < len(self.params) else None
-    return self._aliases.get(_norm(key))
+    return self._aliases.get(_norm(str(key)[:_QUOTE_MAX]))
 
 @patch
 def _unknown_param(self:Tool, key:str) -> str:
     if _POSITIONAL.match(key): return f"too many positional arguments ({self.name} takes {len(self.params)})"
     near = suggest_name(key, self._names)
-    return f"unknown parameter {key!r}" + (f" (did you mean {near!r}?)" if near else '')
+    return f"unknown parameter {short_repr(key)}" + (f" (did you mean {near!r}?)" if near else '')
 
+# %% ../nbs/03_tools.ipynb #841a6817
 @patch
 def _rename(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
     "Put each argument under its parameter's name: (kwargs, renamings, problems)."
@@ -238,12 +274,14 @@ def _rename(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
         if target is None:
             if self.takes_kwargs: kw[k] = v
             else: problems.append(self._unknown_param(k))
-        elif target in kw: problems.append(f"{k!r} is another name for {target!r}, which was already given; pass it once")
+        elif target in kw:
+            problems.append(f"{short_repr(k)} is another name for {target!r}, which was already given; pass it once")
         else:
             kw[target] = v
-            if not _POSITIONAL.match(k): notes.append(f"{target!r} for {k!r}")
+            if not _POSITIONAL.match(k): notes.append(f"{target!r} for {short_repr(k)}")
     return kw, notes, problems
 
+# %% ../nbs/03_tools.ipynb #54104a2d
 @patch
 def prepare_args(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
     "Rename and coerce the model's `args` for this tool: (kwargs, renamings made, problems left)."
@@ -252,7 +290,8 @@ def prepare_args(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
         if p.name in kw:
             kw[p.name], err = _coerce(p, kw[p.name])
             if err: problems.append(err)
-        elif p.required: problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema)}{': ' + p.doc if p.doc else ''})")
+        elif p.required:
+            problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema)}{': ' + p.doc if p.doc else ''})")
     return kw, notes, problems
 
 # %% ../nbs/03_tools.ipynb #dab0b07d
@@ -272,30 +311,48 @@ def truncate(text:str, max_chars:int|None) -> tuple[str, bool]:
     "`text` cut to `max_chars` (None or 0: no limit), with a marker saying how much was cut; and whether it was."
     if not max_chars or len(text) <= max_chars: return text, False
     cut = len(text) - max_chars
-    return text[:max_chars] + f"\n…[truncated: {cut} of {len(text)} characters cut; ask for less, e.g. a smaller limit or a narrower query]", True
+    note = f"\n…[truncated: {cut} of {len(text)} characters cut; ask for less, e.g. a smaller limit or a narrower query]"
+    return text[:max_chars] + note, True
 
 # %% ../nbs/03_tools.ipynb #ad722c80
+MAX_WORKERS = 32  # most threads running sync tools; a call finding all of them busy waits, within its timeout
+
 class _Workers:
-    "Daemon threads that run sync tools; a thread is added whenever none is idle, and retires after a minute idle."
-    def __init__(self): self._jobs, self._idle = queue.SimpleQueue(), threading.Semaphore(0)
+    "Daemon threads that run sync tools: at most `max_threads`, each retiring after a minute idle."
+    def __init__(self, max_threads:int=MAX_WORKERS):
+        self.max_threads, self._jobs, self._cv = max_threads, collections.deque(), threading.Condition()
+        self.threads = self._waiting = 0
 
     def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
         fut = Future()
-        self._jobs.put((fut, contextvars.copy_context(), fn, args, kwargs))
-        if not self._idle.acquire(blocking=False): threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
-        return fut
+        with self._cv:
+            self._jobs.append((fut, contextvars.copy_context(), fn, args, kwargs))
+            if self._waiting >= len(self._jobs): self._cv.notify()
+            elif self.threads < self.max_threads:
+                self.threads += 1
+                threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
+        return fut  # when every thread is busy the job waits in the queue; cancel the future to drop it
 
-    def _work(self):
-        while True:
-            try: fut, ctx, fn, args, kwargs = self._jobs.get(timeout=60)
-            except queue.Empty:
-                if self._idle.acquire(blocking=False): return  # retire, taking one idle slot with us
-                continue
-            if fut.set_running_or_notify_cancel():
-                try: fut.set_result(ctx.run(fn, *args, **kwargs))
-                except BaseException as e: fut.set_exception(e)
-            del fut, ctx, fn, args, kwargs
-            self._idle.release()
+# %% ../nbs/03_tools.ipynb #c444367a
+@patch
+def _next(self:_Workers):
+    "The next job, or None when this worker should retire."
+    with self._cv:
+        while not self._jobs:
+            self._waiting += 1
+            woke = self._cv.wait(60)
+            self._waiting -= 1
+            if not woke and not self._jobs: self.threads -= 1; return None
+        return self._jobs.popleft()
+
+@patch
+def _work(self:_Workers):
+    while (job := self._next()) is not None:
+        fut, ctx, fn, args, kwargs = job
+        if fut.set_running_or_notify_cancel():
+            try: fut.set_result(ctx.run(fn, *args, **kwargs))
+            except BaseException as e: fut.set_exception(e)
+        del job, fut, ctx, fn, args, kwargs
 
 _workers = _Workers()
 
@@ -314,7 +371,7 @@ def run_sync(coro):
     global _loop_thread
     with _loop_lock:
         if _loop_thread is None or not _loop_thread.thread.is_alive(): _loop_thread = _LoopThread()
-    if threading.current_thread() is _loop_thread.thread:  # called from code already on that loop: blocking it would deadlock
+    if threading.current_thread() is _loop_thread.thread:  # code already on that loop: blocking it would deadlock
         with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, _loop_thread.loop).result()
 
@@ -336,32 +393,39 @@ def _run_thread(t:Tool, kw:dict, timeout:float) -> tuple:
     fut = _workers.submit(t.fn, **kw)
     try: return 'ok', fut.result(timeout)
     except Exception: pass  # the tool's own error, or the deadline: `done()` tells which
-    return _settled(fut) if fut.done() else ('timeout', timeout)
+    if fut.done() and not fut.cancelled(): return _settled(fut)
+    return ('busy' if fut.cancel() else 'timeout'), timeout  # a call still queued is dropped unstarted
 
 async def _run_async(t:Tool, kw:dict, timeout:float|None) -> tuple:
     "Run any tool on the running loop: async tools as a task, sync ones in a worker thread."
-    fut = asyncio.ensure_future(t.fn(**kw)) if t.is_async else asyncio.wrap_future(_workers.submit(t.fn, **kw))
+    cf = None if t.is_async else _workers.submit(t.fn, **kw)
+    fut = asyncio.ensure_future(t.fn(**kw)) if t.is_async else asyncio.wrap_future(cf)
     done, _ = await asyncio.wait({fut}, timeout=timeout or None)
     if done: return _settled(fut)
+    busy = cf is not None and cf.cancel()
     fut.cancel()
-    return 'timeout', timeout
+    return ('busy' if busy else 'timeout'), timeout
 
 # %% ../nbs/03_tools.ipynb #1542d802
 class ToolRegistry:
     "The tools an agent may call: their schemas, their prompt text, and calls that never raise for model mistakes."
     def __init__(self, tools:Iterable|None=None, # functions, `@tool` functions or `Tool`s
                  timeout:float|None=30.0, # default seconds per call; None or 0 for no limit
-                 max_chars:int|None=4000): # default cap on an observation's length; None or 0 for no cap
+                 max_chars:int|None=4000, # default cap on an observation's length; None or 0 for no cap
+                 max_parallel:int|None=4): # most calls of one `call_many` running at once; None or 0 for no limit
         self.tools: dict[str, Tool] = {}
-        self.timeout, self.max_chars, self._schemas = timeout, max_chars, None
+        self.timeout, self.max_chars, self.max_parallel = timeout, max_chars, max_parallel
+        self._schemas, self._by_alias = None, {}
         for t in tools or []: self.add(t)
 
     def add(self, fn_or_tool, replace:bool=False) -> Tool:
         "Register a function or `Tool`; a second tool with the same name needs `replace=True`."
         t = as_tool(fn_or_tool)
-        if t.name in self.tools and self.tools[t.name] is not t and not replace:
-            raise ValueError(f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
-        self.tools[t.name], self._schemas = t, None
+        if t.name in self.tools and self.tools[t.name] is not t and not replace: raise ValueError(
+            f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
+        tools = self.tools | {t.name: t}
+        self._by_alias = _alias_table(tools)  # checks that no alias names two tools
+        self.tools, self._schemas = tools, None
         return t
 
     def __repr__(self): return f"ToolRegistry({self.names})"
@@ -370,23 +434,50 @@ class ToolRegistry:
     def __contains__(self, name): return name in self.tools
     def __len__(self): return len(self.tools)
     def __iter__(self): return iter(self.tools.values())
-    def __getitem__(self, name:str) -> Tool:
-        if name not in self.tools: raise KeyError(self._unknown_text(name))
-        return self.tools[name]
 
-    def suggest(self, name:str) -> str|None:
-        "The registered tool `name` most likely meant, or None."
-        return suggest_name(name, self.tools)
+# %% ../nbs/03_tools.ipynb #618a36f4
+def _alias_table(tools:dict[str, Tool]) -> dict[str, str]:
+    "{normalised alias: tool name}; a ValueError when an alias could mean two tools."
+    names, table = {_norm(n): n for n in tools}, {}
+    for t in tools.values():
+        for a in t.aliases:
+            k = _norm(a)
+            if names.get(k, t.name) != t.name or table.get(k, t.name) != t.name:
+                other = names.get(k) or table[k]
+                raise ValueError(f"Tool {t.name!r}: alias {a!r} is also the name or an alias of {other!r}.")
+            table[k] = t.name
+    return table
 
-    def _unknown_text(self, name:str, near:str|None=None) -> str:
-        near = near or self.suggest(name)
-        hint = f" Did you mean {near!r}? If so, call it again by that exact name." if near else ''
-        return f"Unknown tool {name!r}.{hint} Available tools: {', '.join(self.names) or 'none'}."
+@patch
+def __getitem__(self:ToolRegistry, name:str) -> Tool:
+    if (t := self._resolve(name)) is None: raise KeyError(self._unknown_text(name))
+    return t
 
-    def schemas(self) -> list[dict]:
-        "Every tool in OpenAI function-calling format (cached until a tool is added)."
-        if self._schemas is None: self._schemas = [t.schema() for t in self]
-        return self._schemas
+@patch
+def _resolve(self:ToolRegistry, name) -> Tool|None:
+    "The tool called `name`, or the one with `name` among its aliases (compared as `_norm` spells them); else None."
+    if not isinstance(name, str): return None
+    return self.tools.get(name) or self.tools.get(self._by_alias.get(_norm(name[:_QUOTE_MAX]), ''))
+
+# %% ../nbs/03_tools.ipynb #033951d1
+@patch
+def suggest(self:ToolRegistry, name:str) -> str|None:
+    "The registered tool `name` most likely meant (judged by its names and aliases), or None."
+    owner = {n: n for n in self.tools} | {a: t.name for t in self for a in t.aliases}
+    hit = suggest_name(name, owner)
+    return owner[hit] if hit else None
+
+@patch
+def _unknown_text(self:ToolRegistry, name:str, near:str|None=None) -> str:
+    near = near or self.suggest(name)
+    hint = f" Did you mean {near!r}? If so, call it again by that exact name." if near else ''
+    return f"Unknown tool {short_repr(name)}.{hint} Available tools: {', '.join(self.names) or 'none'}."
+
+@patch
+def schemas(self:ToolRegistry) -> list[dict]:
+    "Every tool in OpenAI function-calling format (cached until a tool is added)."
+    if self._schemas is None: self._schemas = [t.schema() for t in self]
+    return self._schemas
 
 # %% ../nbs/03_tools.ipynb #43cfd7f8
 def _param_line(p:_Param) -> str:
@@ -394,7 +485,8 @@ def _param_line(p:_Param) -> str:
     return f"- {p.name} ({schema_label(p.schema)}, {need})" + (f": {p.doc}" if p.doc else '')
 
 def _prompt_block(t:Tool) -> str:
-    lines = [f"## {t.name}", t.description, 'Parameters:' if t.params else 'Parameters: none']
+    also = [f"Also answers to: {', '.join(t.aliases)}."] if t.aliases else []
+    lines = [f"## {t.name}", t.description, *also, 'Parameters:' if t.params else 'Parameters: none']
     return '\n'.join(lines + [_param_line(p) for p in t.params] + [f"Example: {t.example}"])
 
 def _cell(s) -> str: return str(s).replace('|', '\\|').replace('\n', ' ')
@@ -408,8 +500,10 @@ def render_prompt(self:ToolRegistry) -> str:
 def _repr_markdown_(self:ToolRegistry) -> str:
     rows = ['| tool | what it does | parameters | example |', '|---|---|---|---|']
     for t in self:
-        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema))}" + ('' if p.required else ' (optional)' if p.default is None else f" = `{p.default!r}`") for p in t.params)
-        rows.append(f"| `{t.name}` | {_cell(t.description)} | {ps or '—'} | `{_cell(t.example)}` |")
+        opt = lambda p: '' if p.required else ' (optional)' if p.default is None else f" = `{p.default!r}`"
+        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema))}{opt(p)}" for p in t.params)
+        also = f" (also {', '.join(t.aliases)})" if t.aliases else ''
+        rows.append(f"| `{t.name}`{also} | {_cell(t.description)} | {ps or '—'} | `{_cell(t.example)}` |")
     return '\n'.join(rows)
 
 # %% ../nbs/03_tools.ipynb #50727e33
@@ -418,7 +512,8 @@ def _args_dict(args) -> dict:
     if args is None: return {}
     if isinstance(args, str):
         try: args = json.loads(args) if args.strip() else {}
-        except ValueError: raise ValueError(f"the arguments are not valid JSON: {args[:200]!r}; send a JSON object") from None
+        except ValueError:
+            raise ValueError(f"the arguments are not valid JSON: {short_repr(args)}; send a JSON object") from None
     if isinstance(args, dict): return args
     if isinstance(args, (list, tuple)): return {f'_{i}': v for i, v in enumerate(args)}
     return {'_0': args}
@@ -427,26 +522,36 @@ def _unpack(name, args, call_id) -> tuple:
     if isinstance(name, ToolCall): return name.tool, name.args if args is None else args, call_id or name.id
     return name, args, call_id
 
-def _fail(tool:str, kind:str, content:str, call_id, args, **kw) -> Observation:
-    return Observation(tool=tool, content=content, ok=False, error=kind, call_id=call_id, args=args if isinstance(args, dict) else {}, **kw)
+def _fail(tool:str, kind:str, content:str, call_id, args, max_chars:int|None=None, **kw) -> Observation:
+    "An error observation, its content cut to `max_chars` like any other."
+    content, cut = truncate(content, max_chars)
+    return Observation(tool=tool, content=content, ok=False, error=kind, call_id=call_id, truncated=cut,
+                       args=args if isinstance(args, dict) else {}, **kw)
 
+# %% ../nbs/03_tools.ipynb #a4fc5df0
 @patch
 def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
-    "The tool and its checked arguments, or the error observation the model should see instead."
-    t = self.tools.get(name)
+    "The tool, its checked arguments and the renamings made, or the error observation the model should see instead."
+    t = self._resolve(name)
     if t is None:
-        near = self.suggest(str(name))
-        return _fail(str(name), 'unknown_tool', self._unknown_text(name, near), call_id, args, suggestion=near)
+        near, shown = self.suggest(str(name)), str(name)[:_QUOTE_MAX]
+        text = self._unknown_text(name, near)
+        return _fail(shown, 'unknown_tool', text, call_id, args, self.max_chars, suggestion=near)
+    cap, bad = self._limits(t)[1], f"Bad arguments for {t.name}: "
     try: args = _args_dict(args)
-    except ValueError as e: return _fail(t.name, 'bad_args', f"Bad arguments for {t.name}: {e}. Example: {t.example}", call_id, args)
+    except ValueError as e: return _fail(t.name, 'bad_args', f"{bad}{e}. Example: {t.example}", call_id, args, cap)
     kw, notes, problems = t.prepare_args(args)
-    if problems: return _fail(t.name, 'bad_args', f"Bad arguments for {t.name}: {'; '.join(problems)}. Correct form, e.g.: {t.example}", call_id, args)
-    return t, kw, notes
+    if problems:
+        return _fail(t.name, 'bad_args', f"{bad}{'; '.join(problems)}. Correct form, e.g.: {t.example}", call_id, args, cap)
+    return t, kw, ([f"tool {t.name!r} for {short_repr(name)}"] if name != t.name else []) + notes
 
 # %% ../nbs/03_tools.ipynb #3de6fa0d
 def _error_text(t:Tool, kind:str, val) -> str:
-    if kind == 'timeout': return (f"Tool {t.name!r} did not finish within {val:g}s and was abandoned (it may still be running). "
-                                  "Try a smaller request or another tool.")
+    if kind == 'timeout': return (f"Tool {t.name!r} did not finish within {val:g}s and was abandoned "
+                                  "(it may still be running). Try a smaller request or another tool.")
+    if kind == 'busy': return (f"Tool {t.name!r} could not start within {val:g}s: all {_workers.max_threads} worker "
+                               "threads are held by earlier calls that timed out and are still running. "
+                               "Try again later or another tool.")
     return f"Tool {t.name!r} raised {type(val).__name__}" + (f": {val}" if str(val) else '') + '.'
 
 @patch
@@ -455,12 +560,12 @@ def _limits(self:ToolRegistry, t:Tool) -> tuple:
 
 @patch
 def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call_id, t0:float) -> Observation:
-    "Turn an outcome into the observation the model sees."
-    kind, val = outcome
+    "Turn an outcome into the observation the model sees, cut to the size cap whether it is a result or an error."
+    (kind, val), cap = outcome, self._limits(t)[1]
     if kind == 'ok':
-        content, cut = truncate(render_output(val), self._limits(t)[1])
+        content, cut = truncate(render_output(val), cap)
         obs = Observation(tool=t.name, content=content, truncated=cut, call_id=call_id, args=kw)
-    else: obs = _fail(t.name, kind, _error_text(t, kind, val), call_id, kw)
+    else: obs = _fail(t.name, 'timeout' if kind == 'busy' else kind, _error_text(t, kind, val), call_id, kw, cap)
     if notes: obs.content += f"\n(note: used {', '.join(notes)})"
     obs.duration = perf_counter() - t0
     return obs
@@ -488,23 +593,43 @@ def call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCa
     else: outcome = _run_thread(t, kw, timeout) if timeout else _run_inline(t, kw)
     return self._observe(t, kw, notes, outcome, call_id, t0)
 
+# %% ../nbs/03_tools.ipynb #f2a63f87
 @patch
-async def acall(self:ToolRegistry, name:str|ToolCall, args:dict|str|list|None=None, call_id:str|None=None) -> Observation:
+async def acall(self:ToolRegistry, name:str|ToolCall, args:dict|str|list|None=None,
+                call_id:str|None=None) -> Observation:
     "Call a tool from async code, on the running loop; sync tools run in a worker thread so the loop stays free."
     t0, call_id, prep = self._start(name, args, call_id)
     if isinstance(prep, Observation): return prep
     t, kw, notes = prep
     return self._observe(t, kw, notes, await _run_async(t, kw, self._limits(t)[0]), call_id, t0)
 
+# %% ../nbs/03_tools.ipynb #0842fe67
+@patch
+def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCall`
+                   args:dict|str|list|None=None # the model's arguments, as `call` takes them
+                  ) -> tuple[str, dict]|None:
+    "The tool name and JSON-valued arguments (defaults filled in) that a call resolves to; None if it does not."
+    name, args, _ = _unpack(name, args, None)
+    t = self._resolve(name)
+    if t is None: return None
+    try: kw, _, problems = t.prepare_args(_args_dict(args))
+    except ValueError: return None
+    if problems: return None
+    full = {p.name: kw.get(p.name, p.default) for p in t.params} | kw
+    return t.name, json.loads(pydantic_core.to_json(full, fallback=str))
+
 # %% ../nbs/03_tools.ipynb #4bd6ef28
 @patch
 async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict]) -> list[Observation]:
     "Run several calls concurrently; the observations come back in the order of `calls`."
     calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
-    return list(await asyncio.gather(*(self.acall(c) for c in calls)))
+    gate = asyncio.Semaphore(self.max_parallel or max(len(calls), 1))
+    async def one(c):
+        async with gate: return await self.acall(c)  # a call's timeout counts from when it starts
+    return list(await asyncio.gather(*map(one, calls)))
 
 @patch
 def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict]) -> list[Observation]:
-    "Run several calls concurrently from sync code (also inside a running event loop); a single call skips the event loop."
+    "Run several calls concurrently from sync code (also inside a running event loop); one call skips the loop."
     calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
     return [self.call(calls[0])] if len(calls) == 1 else run_sync(self.acall_many(calls))

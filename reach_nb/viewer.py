@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Iterable
 import ipywidgets as W
 from fastcore.basics import patch
-from .core import Observation, Run, RunEnd, Step, StepEnd, StepStart, ToolCall, Usage
+from typing import get_args
+from .core import Observation, Run, RunEnd, SafeguardKind, Step, StepEnd, StepStart, ToolCall, Usage
+import reach_nb.context  # Run.prompt_at: each step's prompt, rebuilt from the steps
 
 # %% auto #0
 __all__ = ['fold_html', 'step_html', 'run_html', 'RunViewer']
@@ -25,23 +27,31 @@ def fold_html(text:str, # the text to show
     "`text` as escaped preformatted HTML; past `n` characters the rest is folded into a `<details>`."
     if len(text) <= n: return _PRE.format(_esc(text))
     return (f'<details><summary style="cursor:pointer;list-style:none">{_PRE.format(_esc(text[:n]))}'
-            f'<i>… {len(text) - n:,} more characters (click to show)</i></summary>{_PRE.format(_esc(text[n:]))}</details>')
+            f'<i>… {len(text) - n:,} more characters (click to show)</i></summary>'
+            f'{_PRE.format(_esc(text[n:]))}</details>')
 
-# %% ../nbs/30_viewer.ipynb #069817ea
-_BADGE_COLOR = {'correction': '#b45309', 'intervention': '#b45309', 'suggestion': '#1d4ed8', 'validation': '#6d28d9'}  # the rest: red
+# %% ../nbs/30_viewer.ipynb #5744b97b
+_BADGE_GROUPS = {'#b45309': ('correction', 'intervention', 'retry'), '#1d4ed8': ('suggestion', 'repair'),
+                 '#6d28d9': ('validation', 'size_cap'),
+                 '#b91c1c': ('tool_error', 'timeout', 'repeat_stop', 'max_steps', 'llm_error', 'internal_error')}
+_BADGE_COLOR = {kind: color for color, kinds in _BADGE_GROUPS.items() for kind in kinds}
 
 def _badge(kind:str) -> str:
+    "A coloured badge for a safeguard (or a failed call's error kind: red)."
     return (f'<span class="reach-badge" style="background:{_BADGE_COLOR.get(kind, "#b91c1c")};color:white;'
             f'border-radius:3px;padding:0 5px;font-size:11px">{_esc(kind)}</span>')
 
+# %% ../nbs/30_viewer.ipynb #069817ea
 def _call_html(c:ToolCall, o:Observation|None, n:int) -> str:
     "One call with its arguments and its observation (marked when it failed)."
     head = f'<b>{_esc(c.tool)}</b> <code>{_esc(json.dumps(c.args, ensure_ascii=False, default=str))}</code>'
     if o is None: return head + '<div><i>no observation</i></div>'
     mark = '' if o.ok else ' ' + _badge(o.error or 'failed')
-    return head + f'<div>observation{mark}{" (cut by the tool)" if o.truncated else ""}:</div>' + fold_html(o.content, n)
+    cut = ' (cut by the tool)' if o.truncated else ''
+    return head + f'<div>observation{mark}{cut}:</div>' + fold_html(o.content, n)
 
 def _actions_html(s:Step, n:int) -> str:
+    "Every call of the step with its observation, then the answer if it gave one."
     obs = s.observations
     out = [f'<div class="reach-action" style="margin-bottom:6px">action {k + 1} of {len(s.actions)}: '
            + _call_html(c, obs[k] if k < len(obs) else None, n) + '</div>' for k, c in enumerate(s.actions)]
@@ -50,33 +60,59 @@ def _actions_html(s:Step, n:int) -> str:
 
 # %% ../nbs/30_viewer.ipynb #5ee3c5c1
 def _message_text(m:dict) -> str:
+    "A message's text, then whatever else it carries as JSON."
     c = m.get('content')
-    extra = {k: v for k, v in m.items() if k not in ('role', 'content')} | ({} if c is None or isinstance(c, str) else {'content': c})
-    return '\n'.join(t for t in (c if isinstance(c, str) else '', json.dumps(extra, ensure_ascii=False, default=str) if extra else '') if t)
+    extra = {k: v for k, v in m.items() if k not in ('role', 'content')}
+    if c is not None and not isinstance(c, str): extra['content'] = c
+    more = json.dumps(extra, ensure_ascii=False, default=str) if extra else ''
+    return '\n'.join(t for t in (c if isinstance(c, str) else '', more) if t)
 
-def _prompt_html(s:Step, n:int) -> str:
-    return ''.join(f'<div class="reach-message" style="margin-bottom:6px"><b>{k}. {_esc(m.get("role", "?"))}</b>{fold_html(_message_text(m), n)}</div>'
-                   for k, m in enumerate(s.prompt, 1)) or '<i>no prompt recorded</i>'
+def _prompt_html(prompt:list[dict], n:int) -> str:
+    msgs = [f'<div class="reach-message" style="margin-bottom:6px"><b>{k}. {_esc(m.get("role", "?"))}</b>'
+            f'{fold_html(_message_text(m), n)}</div>' for k, m in enumerate(prompt, 1)]
+    return ''.join(msgs) or '<i>no prompt recorded</i>'
 
 def _raw_html(s:Step, n:int) -> str:
     "Parse level and repairs, then the raw output (open when it needed repair or failed)."
-    level = f'parsed: <b>{_esc(s.parse_level)}</b>' + (f' · repairs: <code>{_esc(", ".join(s.repairs))}</code>' if s.repairs else '')
+    repairs = f' · repairs: <code>{_esc(", ".join(s.repairs))}</code>' if s.repairs else ''
     opened = ' open' if s.parse_level in ('repaired', 'failed') else ''
-    return f'<div>{level}</div><details{opened}><summary style="cursor:pointer">raw model output ({len(s.raw):,} characters)</summary>{fold_html(s.raw, n)}</details>'
+    return (f'<div>parsed: <b>{_esc(s.parse_level)}</b>{repairs}</div><details{opened}><summary style="cursor:pointer">'
+            f'raw model output ({len(s.raw):,} characters)</summary>{fold_html(s.raw, n)}</details>')
 
+# %% ../nbs/30_viewer.ipynb #76939dc4
 def _usage_html(u:Usage) -> str:
-    return (f'tokens: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion = {u.total_tokens:,} · '
-            f'model calls: {u.llm_calls} · tool calls: {u.tool_calls} · time: {u.wall_time:.2f} s')
+    "Tokens (saying when they were estimated here, and how many were reasoning), calls and time."
+    est = f' (estimated for {u.estimated_calls} of the model calls)' if u.estimated_calls else ''
+    think = f' · reasoning: {u.reasoning_tokens:,}' if u.reasoning_tokens else ''
+    return (f'tokens: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion = {u.total_tokens:,}{est}{think}'
+            f' · model calls: {u.llm_calls} · tool calls: {u.tool_calls} · time: {u.wall_time:.2f} s')
+
+# %% ../nbs/30_viewer.ipynb #1b6b0c26
+def _reasoning_html(s:Step, n:int) -> str:
+    "The model's separate reasoning, folded: a click opens it."
+    if not s.reasoning: return ''
+    return (f'<details><summary style="cursor:pointer"><b>Reasoning</b> ({len(s.reasoning):,} characters, click to '
+            f'show)</summary>{fold_html(s.reasoning, n)}</details>')
+
+def _conclusion_html(s:Step, n:int) -> str:
+    "A conclusion the model stated beside its calls."
+    return '<b>Conclusion:</b>' + fold_html(s.conclusion, n) if s.conclusion else ''
+
+def _thought_html(s:Step) -> str:
+    if not s.thought: return '<i>no thought</i>'
+    return f'<b>thought:</b> <span style="white-space:pre-wrap">{_esc(s.thought)}</span>'
 
 # %% ../nbs/30_viewer.ipynb #efc206d1
 def step_html(step:Step, # the step to render
-              n:int=600) -> dict[str, str]: # characters of a long text shown before it is folded
-    "The HTML pieces of one step: thought, actions (with observations, or the answer), safeguards, raw output, prompt, usage."
+              n:int=600, # characters of a long text shown before it is folded
+              prompt:list[dict]|None=None) -> dict[str, str]: # the messages sent for it (default: as the step stored them)
+    "The HTML pieces of a step: reasoning, thought, actions (or answer), conclusion, safeguards, raw, prompt, usage."
     guards = ''.join(f'<div class="reach-safeguard">{_badge(g.kind)} {_esc(g.detail)}</div>' for g in step.safeguards)
-    return dict(thought=f'<b>thought:</b> <span style="white-space:pre-wrap">{_esc(step.thought)}</span>' if step.thought else '<i>no thought</i>',
-                actions=_actions_html(step, n),
+    return dict(reasoning=_reasoning_html(step, n), thought=_thought_html(step), actions=_actions_html(step, n),
+                conclusion=_conclusion_html(step, n),
                 safeguards=guards or '<span style="color:#6b7280">no safeguard fired</span>',
-                raw=_raw_html(step, n), prompt=_prompt_html(step, n), usage=_usage_html(step.usage))
+                raw=_raw_html(step, n), prompt=_prompt_html(step.prompt if prompt is None else prompt, n),
+                usage=_usage_html(step.usage))
 
 # %% ../nbs/30_viewer.ipynb #8563e73e
 def _usage_so_far(run:Run) -> Usage:
@@ -95,8 +131,9 @@ def run_html(run:Run, # the run to summarise
         intro += (f'<div class="reach-simulated" style="background:#fef3c7;padding:2px 6px"><b>SIMULATED RUN</b>: '
                   f'{_esc(run.meta.get("simulated_note", "no real model was called"))}</div>')
     u, kinds = _usage_so_far(run), Counter(g.kind for s in run.steps for g in s.safeguards)
-    totals = (f'<b>{"stop reason: " + _esc(run.stop_reason) if run.stop_reason else "running"}</b> · {len(run.steps)} steps · '
-              f'{u.llm_calls} model calls · {u.total_tokens:,} tokens · {u.tool_calls} tool calls · {u.wall_time:.2f} s · safeguards: '
+    state = f'stop reason: {_esc(run.stop_reason)}' if run.stop_reason else 'running'
+    totals = (f'<b>{state}</b> · {len(run.steps)} steps · {u.llm_calls} model calls · {u.total_tokens:,} tokens · '
+              f'{u.tool_calls} tool calls · {u.wall_time:.2f} s · safeguards: '
               + (', '.join(f'{_badge(k)} ×{v}' for k, v in kinds.items()) or 'none'))
     return dict(intro=intro, answer=_answer_html(run, n), totals=totals)
 
@@ -106,41 +143,57 @@ def _as_run(source) -> Run:
     if isinstance(source, Run): return source
     if isinstance(source, (str, Path)): return Run.load(source)
     if isinstance(source, Iterable) and not isinstance(source, (dict, bytes)): return Run.from_events(source)
-    raise TypeError(f"RunViewer shows a Run, a path to a JSON-lines trace or a list of events; got {type(source).__name__}.")
-
-# %% ../nbs/30_viewer.ipynb #02e45dbb
-_PARTS = ('header', 'status', 'thought', 'actions', 'safeguards', 'raw', 'usage', 'answer', 'totals')
-_NAV = {'first': 'step-backward', 'prev': 'chevron-left', 'next': 'chevron-right', 'last': 'step-forward',
-        'Step': 'play-circle', 'Stop': 'stop'}
+    raise TypeError(f"RunViewer shows a Run, a path to a JSON-lines trace or a list of events; "
+                    f"got {type(source).__name__}.")
 
 def _with_class(w, cls:str):
     w.add_class(cls); return w
+
+def _button(d:str, icon:str) -> W.Button:
+    return _with_class(W.Button(description=d, icon=icon, layout=W.Layout(width='90px')), f'reach-{d.lower()}')
+
+# %% ../nbs/30_viewer.ipynb #02e45dbb
+_STEP_PARTS = ('reasoning', 'thought', 'actions', 'conclusion', 'safeguards', 'raw', 'usage')  # all but the prompt
+_PARTS = ('header', 'status', *_STEP_PARTS, 'answer', 'totals', 'prompt_messages')
+_NAV = {'first': 'step-backward', 'prev': 'chevron-left', 'next': 'chevron-right', 'last': 'step-forward',
+        'Step': 'play-circle', 'Stop': 'stop'}
 
 class RunViewer(W.VBox):
     "Step through a run: navigation, the current step in full, and the answer and totals of the run."
     def __init__(self, source, # a `Run`, a path to a JSON-lines trace, or a list of events
                  fold:int=600): # characters of a long text shown before it is folded
         super().__init__()
-        self.run, self.fold, self.events, self.live_mode, self.error, self._gen = _as_run(source), fold, [], False, None, None
-        self.buttons = {d: _with_class(W.Button(description=d, icon=i, layout=W.Layout(width='90px')), f'reach-{d.lower()}') for d, i in _NAV.items()}
-        self.html = {k: _with_class(W.HTML(), 'reach-' + k.replace('_', '-')) for k in _PARTS + ('prompt_messages',)}
+        self.run, self.fold, self.error, self._gen = _as_run(source), fold, None, None
+        self.events, self.live_mode = [], False
+        self.buttons = {d: _button(d, i) for d, i in _NAV.items()}
+        self.html = {k: _with_class(W.HTML(), 'reach-' + k.replace('_', '-')) for k in _PARTS}
         self.slider = _with_class(W.IntSlider(value=1, min=1, max=1, description='step'), 'reach-slider')
         self.play = _with_class(W.Play(value=1, min=1, max=1, interval=1000), 'reach-play')
-        self.speed = _with_class(W.FloatSlider(value=1, min=0.25, max=4, step=0.25, description='steps/s'), 'reach-speed')
-        self.prompt = _with_class(W.Accordion(children=[self.html['prompt_messages']], titles=('prompt',), selected_index=None), 'reach-prompt')
-        W.link((self.play, 'value'), (self.slider, 'value'))
-        W.dlink((self.speed, 'value'), (self.play, 'interval'), transform=lambda v: int(1000 / v))
+        speed = W.FloatSlider(value=1, min=0.25, max=4, step=0.25, description='steps/s')
+        self.speed = _with_class(speed, 'reach-speed')
+        prompt = W.Accordion(children=[self.html['prompt_messages']], titles=('prompt',), selected_index=None)
+        self.prompt = _with_class(prompt, 'reach-prompt')
         self._wire()
-        b, h = self.buttons, self.html
-        self.children = [h['header'], W.HBox([b['first'], b['prev'], b['next'], b['last'], self.slider, self.play, self.speed]),
-                         W.HBox([b['Step'], b['Stop'], h['status']]), h['thought'], h['actions'], h['safeguards'], h['raw'],
-                         self.prompt, h['usage'], _with_class(W.VBox([h['answer'], h['totals']], layout=W.Layout(border_top='1px solid #ccc')), 'reach-footer')]
+        self.children = self._layout()
         self._refresh()
 
-    def _wire(self):
-        for d, m in [('first', 'first'), ('prev', 'prev'), ('next', 'next'), ('last', 'last'), ('Step', 'advance'), ('Stop', 'stop')]:
-            self.buttons[d].on_click(lambda _, m=m: getattr(self, m)())  # looked up on click: methods are added below
-        self.slider.observe(lambda _: self._render(), 'value')
+# %% ../nbs/30_viewer.ipynb #91f6df99
+@patch
+def _wire(self:RunViewer):
+    W.link((self.play, 'value'), (self.slider, 'value'))
+    W.dlink((self.speed, 'value'), (self.play, 'interval'), transform=lambda v: int(1000 / v))
+    for d, m in dict(first='first', prev='prev', next='next', last='last', Step='advance', Stop='stop').items():
+        self.buttons[d].on_click(lambda _, m=m: getattr(self, m)())  # looked up on click: methods are added below
+    self.slider.observe(lambda _: self._render(), 'value')
+
+@patch
+def _layout(self:RunViewer) -> list:
+    b, h = self.buttons, self.html
+    footer = W.VBox([h['answer'], h['totals']], layout=W.Layout(border_top='1px solid #ccc'))
+    footer = _with_class(footer, 'reach-footer')
+    return [h['header'], W.HBox([b['first'], b['prev'], b['next'], b['last'], self.slider, self.play, self.speed]),
+            W.HBox([b['Step'], b['Stop'], h['status']]), h['reasoning'], h['thought'], h['actions'], h['conclusion'],
+            h['safeguards'], h['raw'], self.prompt, h['usage'], footer]
 
 # %% ../nbs/30_viewer.ipynb #7e7e99b5
 @patch(as_prop=True)
@@ -164,6 +217,7 @@ def first(self:RunViewer) -> RunViewer: return self.go(0)
 @patch
 def last(self:RunViewer) -> RunViewer: return self.go(-1)
 
+# %% ../nbs/30_viewer.ipynb #dda5f8f4
 @patch
 def _status(self:RunViewer) -> str:
     if self.error: return f'error: {self.error}'
@@ -186,17 +240,20 @@ def _refresh(self:RunViewer):
 def _render(self:RunViewer):
     "Show the current step, the run's answer and totals, and the state of the buttons."
     s, n, h = self.step, len(self.run.steps), self.html
-    p = step_html(s, self.fold) if s else dict.fromkeys(('thought', 'actions', 'safeguards', 'raw', 'prompt', 'usage'), '')
+    sent = self.run.prompt_at(s.index) if s else []
+    p = step_html(s, self.fold, sent) if s else dict.fromkeys(_STEP_PARTS + ('prompt',), '')
     r = run_html(self.run, self.fold)
     marks = ' '.join(_badge(g.kind) for g in s.safeguards) if s else ''
     h['header'].value = (f'<b>step {self.index + 1} of {n}</b> {marks}' if s else '<b>no steps yet</b>') + r['intro']
-    for k in ('thought', 'actions', 'safeguards', 'raw', 'usage'): h[k].value = p[k]
+    for k in _STEP_PARTS: h[k].value = p[k]
+    for k in ('reasoning', 'conclusion'): h[k].layout.display = None if p[k] else 'none'
     h['prompt_messages'].value, h['answer'].value, h['totals'].value = p['prompt'], r['answer'], r['totals']
-    self.prompt.titles = (f'prompt: the {len(s.prompt)} messages sent for this step' if s else 'prompt',)
+    self.prompt.titles = (f'prompt: the {len(sent)} messages sent for this step' if s else 'prompt',)
     h['status'].value = _esc(self._status())
     for d in ('first', 'prev'): self.buttons[d].disabled = self.index == 0
     for d in ('next', 'last'): self.buttons[d].disabled = self.index >= n - 1
-    for d in ('Step', 'Stop'): self.buttons[d].disabled, self.buttons[d].layout.display = self._gen is None, None if self.live_mode else 'none'
+    for d in ('Step', 'Stop'):
+        self.buttons[d].disabled, self.buttons[d].layout.display = self._gen is None, None if self.live_mode else 'none'
 
 # %% ../nbs/30_viewer.ipynb #ce49c263
 @patch(cls_method=True)

@@ -85,19 +85,19 @@ def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
     assert 'small.duckdb' in r.stdout
 
 def test_killed_ask_leaves_a_readable_trace(tmp_path):
-    "The trace is written as the run goes: kill `reach ask` half-way and the steps so far load back."
+    "The trace is written as the run goes (to NAME.partial.jsonl): kill `reach ask` half-way and the steps so far load back."
     from reach_nb.risk_data import ensure_dataset
     ensure_dataset()
-    trace = tmp_path/'killed.jsonl'
+    trace, partial = tmp_path/'killed.jsonl', tmp_path/'killed.partial.jsonl'
     with _served('sim-analyst', '--latency', '0.5') as base:
         proc = subprocess.Popen([REACH, 'ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
                                  '--max-steps', '20', '--trace', str(trace)], cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(300):
-                if trace.exists() and trace.read_text().count('"step_end"') >= 2: break
+                if partial.exists() and partial.read_text().count('"step_end"') >= 2: break
                 time.sleep(0.05)
             else: pytest.fail('no steps were written to the trace')
         finally: proc.kill(); proc.wait(10)
-    run = Run.load(trace)
-    assert run.stop_reason is None and run.answer is None
+    run = Run.load(partial)
+    assert run.stop_reason is None and run.answer is None and run.status == 'incomplete' and not trace.exists()
     assert 2 <= len(run.steps) < 11 and run.steps[0].action.tool == 'list_datasets'

@@ -10,8 +10,9 @@ import httpx, pytest
 
 from reach_nb.config import Settings
 from reach_nb.core import ToolCall
-from reach_nb.llm import (FunctionLLM, LLMError, LLMResponse, ModelNotConfigured, OpenAIChat, ScriptedLLM,
+from reach_nb.llm import (EchoLLM, FunctionLLM, LLMError, LLMResponse, ModelNotConfigured, OpenAIChat, ScriptedLLM,
                           count_message_tokens, count_tokens, get_model)
+from reach_nb.llm import ChatModel
 from reach_nb.modelserver import ModelServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,3 +212,144 @@ def test_server_in_a_subprocess():
         proc.stderr.close()
     assert (json.loads(r.content)['answer'], llm.retries) == ('Why did recharge volume jump?', 1)
     assert json.loads(''.join(items[:-1]))['answer'] == 'stream me' == json.loads(items[-1].content)['answer']
+
+
+# ---------------------------------------------------------------- hardening of the model boundary
+
+def test_each_response_reports_its_own_retries():
+    calls = {'chat': lambda llm: llm.chat(ASK), 'stream': lambda llm: list(llm.stream(ASK))[-1],
+             'achat': lambda llm: asyncio.run(llm.achat(ASK))}
+    for how, call in calls.items():
+        with ModelServer(ScriptedLLM(['first', 'second']), errors=[429, 500], retry_after=0.02) as srv:
+            llm = client(srv)
+            first, second = call(llm), call(llm)  # two errors, then the answer; then the answer at once
+        assert (first.content, first.retries, second.content, second.retries, llm.retries) == ('first', 2, 'second', 0, 2), how
+
+
+def test_401_says_which_key_to_set():
+    with ModelServer(ScriptedLLM(['never']), errors=[401]) as srv:
+        with pytest.raises(LLMError) as e:
+            client(srv).chat(ASK)
+    assert e.value.status == 401 and e.value.retries == 0
+    assert 'REACH_API_KEY' in str(e.value) and 'OPENAI_API_KEY' in str(e.value)
+
+
+def test_request_timeout_comes_from_the_settings():
+    with ModelServer(ScriptedLLM(['late']), latency=1.0) as srv:
+        llm = OpenAIChat.from_settings(Settings(base_url=srv.base_url, request_timeout=0.2), max_retries=0)
+        with pytest.raises(LLMError) as e:
+            llm.chat(ASK)
+    assert 'timeout=0.2s' in str(e.value)
+
+
+def test_importing_the_agent_does_not_import_the_sdk():
+    code = ("import sys, reach_nb.llm, reach_nb.react; "
+            "print(sorted(m for m in ('openai', 'tiktoken') if m in sys.modules))")
+    out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == '[]'
+
+
+def test_server_keeps_only_the_latest_requests():
+    with ModelServer(FunctionLLM(lambda messages, **kw: 'ok'), keep_requests=5) as srv:
+        llm = client(srv)
+        for i in range(8): llm.chat([{'role': 'user', 'content': f'q{i}'}])
+        kept = [r['messages'][0]['content'] for r in srv.app.state.requests]
+    assert kept == ['q3', 'q4', 'q5', 'q6', 'q7']
+
+
+def test_default_server_keeps_at_most_100_requests():
+    with ModelServer(FunctionLLM(lambda messages, **kw: 'ok')) as srv:
+        with httpx.Client(base_url=srv.base_url) as h:
+            for i in range(105): h.post('/chat/completions', json={'messages': [{'role': 'user', 'content': f'{i}'}]})
+        kept = list(srv.app.state.requests)
+    assert len(kept) == 100 and kept[0]['messages'][0]['content'] == '5'
+
+
+def _error(r) -> dict:
+    "The OpenAI-format error of a response (it must be JSON with an `error` object)."
+    assert r.headers['content-type'].startswith('application/json'), (r.status_code, r.text[:200])
+    return r.json()['error']
+
+
+def _read_reply(s) -> str:
+    "An HTTP reply read from socket `s`: the head, then as many body bytes as its Content-Length says."
+    data = b''
+    while b'\r\n\r\n' not in data and (piece := s.recv(4096)): data += piece
+    head, _, body = data.partition(b'\r\n\r\n')
+    n = int(next(l.split(b':')[1] for l in head.split(b'\r\n') if l.lower().startswith(b'content-length')))
+    while len(body) < n and (piece := s.recv(4096)): body += piece
+    return (head + b'\r\n\r\n' + body).decode()
+
+
+def test_oversized_body_is_refused_by_its_content_length_before_it_is_read():
+    with ModelServer(EchoLLM(), max_body=1000) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=5) as s:
+            s.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                      b'Content-Length: 100000000\r\n\r\n{"messages": [')  # the rest is never sent
+            reply = _read_reply(s)
+        ok = httpx.post(f'{srv.base_url}/chat/completions', json={'messages': [{'role': 'user', 'content': 'x' * 100}]})
+    head, _, body = reply.partition('\r\n\r\n')
+    assert head.startswith('HTTP/1.1 413')
+    assert json.loads(body)['error']['code'] == '413'
+    assert ok.status_code == 200
+
+
+def test_oversized_body_without_a_length_is_refused_while_streaming_it():
+    def pieces():
+        for _ in range(4): yield b' ' * 600
+        yield b'{"messages": [{"role": "user", "content": "hi"}]}'
+    with ModelServer(EchoLLM(), max_body=2000) as srv:
+        r = httpx.post(f'{srv.base_url}/chat/completions', content=pieces(), headers={'content-type': 'application/json'})
+        small = httpx.post(f'{srv.base_url}/chat/completions', content=iter([b'{"messages": [{"role": "user", "content": "hi"}]}']))
+        n_kept = len(srv.app.state.requests)
+    assert 'content-length' not in r.request.headers and r.status_code == 413
+    assert _error(r)['type'] == 'invalid_request_error' and '2000 bytes' in _error(r)['message']
+    assert small.status_code == 200 and n_kept == 1
+
+
+SURROGATE = b'{"messages": [{"role": "user", "content": "broken \\ud800 text"}]}'  # valid JSON, invalid UTF-16
+
+
+def test_a_lone_surrogate_is_answered_not_a_crash():
+    with ModelServer(EchoLLM()) as srv:
+        plain = httpx.post(f'{srv.base_url}/chat/completions', content=SURROGATE, headers={'content-type': 'application/json'})
+        streamed = httpx.post(f'{srv.base_url}/chat/completions', content=SURROGATE.replace(b'{', b'{"stream": true, ', 1),
+                              headers={'content-type': 'application/json'})
+    assert plain.status_code == 200, plain.text[:200]
+    assert json.loads(plain.json()['choices'][0]['message']['content'])['answer'] == 'broken \ufffd text'
+    assert streamed.status_code == 200 and '"error"' not in streamed.text and streamed.text.rstrip().endswith('[DONE]')
+
+
+def test_a_lone_surrogate_from_the_model_is_sent_as_an_escape():
+    "A backing model's own output can hold one too: the server writes it as a JSON escape instead of crashing."
+    with ModelServer(FunctionLLM(lambda messages, **kw: 'odd \ud800 reply')) as srv:
+        llm = client(srv)
+        whole, streamed = llm.chat(ASK), list(llm.stream(ASK))[-1]
+    assert whole.content == streamed.content == 'odd \ud800 reply'
+
+
+def test_a_lone_surrogate_in_a_message_can_be_sent():
+    "A tool's undecodable output can hold a lone surrogate; the SDK can't encode it, so it is replaced first."
+    with ModelServer(EchoLLM()) as srv:
+        r = client(srv).chat([{'role': 'user', 'content': 'broken \ud800 text'}])
+    assert json.loads(r.content)['answer'] == 'broken \ufffd text'
+
+
+class _BadLabels(ChatModel):
+    "A backing model whose labels raise: a bug inside the server, after the model answered."
+    name = 'bad-labels'
+    meta = property(lambda self: 1 / 0)
+    def _complete(self, messages, tools, json_mode, temperature): return LLMResponse(content='ok')
+
+
+def test_every_error_is_in_openais_format():
+    with ModelServer(_BadLabels()) as srv, httpx.Client(base_url=srv.base_url) as h:
+        rs = {'404': h.get('/nothing'), '405': h.get('/chat/completions'), 'not json': h.post('/chat/completions', content=b'{"messages": '),
+              'not a request': h.post('/chat/completions', json={'messages': 'nope'}),
+              'too deep': h.post('/chat/completions', content=b'[' * 100_000),
+              'server bug': h.post('/chat/completions', json={'messages': [{'role': 'user', 'content': 'hi'}]})}
+    assert {k: r.status_code for k, r in rs.items()} == {'404': 404, '405': 405, 'not json': 400, 'not a request': 400,
+                                                        'too deep': 400, 'server bug': 500}
+    assert {k: _error(r)['type'] for k, r in rs.items()}['server bug'] == 'server_error'
+    assert all(_error(r)['message'] for r in rs.values())

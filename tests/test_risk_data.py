@@ -1,4 +1,4 @@
-"The sample risk dataset at its default size: the guarantees of RISK_SPEC.md, and builds killed half-way."
+"The sample risk dataset at its default size: what its patterns guarantee, builds killed half-way, and where it may be built."
 import os, signal, subprocess, sys, time
 from pathlib import Path
 import duckdb, pytest
@@ -148,3 +148,33 @@ def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
     assert read_meta(path)['rows'] == '20000'  # still the finished old one
     with duckdb.connect(str(path), read_only=True) as c:
         assert c.execute("SELECT count(*) FROM fraud_labels ANTI JOIN transactions USING (txn_id)").fetchone() == (0,)
+
+# --- where it is built, and what a build says ---------------------------------------------------------------
+
+def test_a_build_shows_progress_and_a_reuse_says_so(tmp_path):
+    path = tmp_path/'risk.duckdb'
+    code = f"""import sys
+from reach_nb.risk_data import build_dataset
+p = build_dataset({str(path)!r}, rows=20_000, progress=True)
+print(type(p).__name__, p.reused, str(p) == {str(path)!r})"""
+    run = lambda: subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    first, second = run(), run()
+    assert first.returncode == 0 and first.stdout.split() == ['DatasetPath', 'False', 'True'], first.stderr
+    assert 'Building risk.duckdb (20,000 rows, seed 7)' in first.stderr and '7/7' in first.stderr, first.stderr
+    assert second.stdout.split() == ['DatasetPath', 'True', 'True'] and 'Building' not in second.stderr
+    assert f'Reusing the finished dataset at {path} (20,000 rows, seed 7); force=True rebuilds it.' in second.stderr
+
+def test_a_finished_dataset_is_read_without_writing_to_its_folder(tmp_path):
+    "What lets a read-only folder serve its dataset: reusing it writes nothing there, not even the build lock."
+    path = build_dataset(tmp_path/'risk.duckdb', rows=20_000)
+    Path(f'{path}.lock').unlink()
+    before = sorted(f.name for f in tmp_path.iterdir())
+    assert build_dataset(path, rows=20_000).reused and ensure_dataset(path) == path
+    assert sorted(f.name for f in tmp_path.iterdir()) == before == ['risk.duckdb']
+    assert not build_dataset(path, rows=20_000, force=True).reused
+
+def test_an_unwritable_folder_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r'not writable and holds no finished dataset in /proc/reach_nb_x: make it writable'):
+        ensure_dataset('/proc/reach_nb_x/risk.duckdb')
+    with pytest.raises(ValueError, match='rows=0 is not a positive number of transactions'):
+        build_dataset('/proc/reach_nb_x/risk.duckdb', rows=0)

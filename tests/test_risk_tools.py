@@ -1,9 +1,9 @@
 "The risk tools across processes, under time limits and attack, and on the generated dataset."
-import json, subprocess, sys, textwrap
+import json, subprocess, sys, textwrap, threading
 from pathlib import Path
 import duckdb, pytest
 from reach_nb.risk_data import build_dataset, ground_truth, table_checksums
-from reach_nb.risk_tools import RiskWorkspace, risk_registry, tiny_dataset
+from reach_nb.risk_tools import RiskDB, RiskWorkspace, configure_duckdb, risk_registry, tiny_dataset
 
 LAST_WEEK = ('2026-06-24', '2026-06-30')
 
@@ -120,3 +120,56 @@ def test_concentration_finds_the_labelled_spike(generated, tmp_path):
     assert set(spike['key_entities']['muids']) <= {r[0] for r in shared.rows}
     shown = ws.get_result('task_0001', step=1, top=1)
     assert f"| channel_id | 1 | {spike['channel_id']} |" in shown and len(shown) <= 3000
+
+# --- hardening --------------------------------------------------------------------------------------------
+
+def _finishes(fn, seconds:float) -> bool:
+    "Whether `fn()` returns within `seconds` (a guard against pathological slowness, not a benchmark)."
+    t = threading.Thread(target=fn, daemon=True)
+    t.start(); t.join(seconds)
+    return not t.is_alive()
+
+def test_bench_settings_go_in_before_the_lock(tiny):
+    "`reach bench data` opens a RiskDB, then sets its options with configure_duckdb: they must take effect, and the lock stay."
+    from reach_nb.bench_data import _reach_side
+    rdb = RiskDB(tiny, config={'memory_limit': '300MB'})
+    try:
+        con = configure_duckdb(rdb.con, {'threads': 1, 'memory_limit': '200MB'})
+        assert con is rdb.con
+        q = "SELECT current_setting('threads'), current_setting('memory_limit'), current_setting('lock_configuration'), current_setting('enable_external_access')"
+        threads, memory, locked, external = rdb.run(q).rows[0]
+        assert (threads, locked, external) == (1, True, False) and memory.startswith('190.') and 'MiB' in memory
+        with pytest.raises(duckdb.Error, match='locked'): rdb.con.execute("SET threads = 4")
+        with pytest.raises(duckdb.Error, match='disabled'): rdb.con.execute("SELECT * FROM read_csv('/etc/passwd')")
+    finally: rdb.close()
+    r = _reach_side(str(tiny), settings={'threads': 1, 'memory_limit': '200MB'})
+    assert r['top5']['channel_id'][0] == 'c05'
+
+def test_hostile_arguments_through_the_registry(tiny, tmp_path):
+    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+    assert reg.call('CreateAnalysisFlowProcedure', {'name': 'p', 'steps': [{'operator': 'trend'}]}).ok
+    ok = {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1]}
+    ob = reg.call('create_task', ok | {'start': "2026-06-24' OR 1=1 --"})
+    assert not ob.ok and "'start' expects a date like '2026-06-24' (YYYY-MM-DD), got \"2026-06-24' OR 1=1 --\"" in ob.content
+    ob = reg.call('create_task', ok | {'name': 'n' * 1_000_000})
+    assert not ob.ok and 'name is 1,000,000 characters: at most 65,536 are stored per value' in ob.content and len(ob.content) < 4200
+    assert reg.call('list_tasks', {}).content.startswith('No tasks yet')  # nothing half-stored
+    zeros = '0' * 40_000 + 'x'
+    assert _finishes(lambda: reg.call('run_task', {'task_id': zeros}), 10)  # the id pattern took 40 s when it backtracked
+    ob = reg.call('run_task', {'task_id': zeros})
+    assert not ob.ok and 'is not a task id (too long)' in ob.content and len(ob.content) < 1000
+
+def test_create_task_with_a_task_id_updates_it(tiny, tmp_path):
+    ws = RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path)
+    reg = risk_registry(ws)
+    reg.call('create_procedure', {'name': 'a', 'steps': [{'operator': 'trend'}]})
+    reg.call('create_procedure', {'name': 'b', 'steps': [{'operator': 'velocity'}]})
+    reg.call('create_task', {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1]})
+    assert 'done' in reg.call('run_task', {'task_id': 'task_0001'}).content
+    ob = reg.call('CreateAnalysisTask', {'task_id': 'task_0001', 'procedure_id': 'proc_0002', 'start': '2026-06-20',
+                                         'end': '2026-06-30', 'name': 'renamed'})
+    assert ob.ok and ob.content.startswith("Updated task task_0001 'renamed' for proc_0002 'b'"), ob.content
+    t = ws.store.get('tasks', 'task_0001')
+    assert (t['procedure_id'], t['frame']['start'], t['status'], ws.store.results('task_0001')) == ('proc_0002', '2026-06-20', 'created', [])
+    assert len(ws.store.all('tasks')) == 1
+    assert '[1] velocity: 1 user made' in reg.call('RunAnalysisTask', {'task_id': 'task_0001'}).content

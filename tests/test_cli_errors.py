@@ -1,0 +1,104 @@
+"A user's mistake, through the real `reach` script: one `Error:` line on stderr naming where, exit 2, no traceback."
+import json
+import pytest
+from test_cli import _env, _reach
+
+
+def _one_error_line(r, *parts):
+    "Assert `r` failed as a user's mistake: exit 2, exactly one stderr line starting `Error:` and holding `parts`."
+    assert r.returncode == 2, (r.returncode, r.stdout[-1000:], r.stderr[-2000:])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith('Error: '), r.stderr
+    assert 'Traceback' not in r.stdout + r.stderr
+    for p in parts: assert p in lines[0], (p, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def script(tmp_path):
+    "A scripted model that answers at once."
+    p = tmp_path/'script.json'
+    p.write_text(json.dumps([json.dumps({'thought': 'Known.', 'answer': 'Forty-two.'})]))
+    return f'scripted:{p}'
+
+
+@pytest.mark.parametrize('value', ['abc', '0', '-3'])
+def test_bad_setting_in_the_environment_names_the_variable(tmp_path, script, value):
+    r = _reach('ask', '--model', script, 'Why?', cwd=tmp_path, env=_env(REACH_MAX_STEPS=value))
+    _one_error_line(r, 'max_steps', f"got '{value}' in REACH_MAX_STEPS: ")
+
+
+@pytest.mark.parametrize('text, line, what', [
+    ('[reach]\nmodel = echo\nmax_steps = many\n', 3, "max_steps must be a whole number of at least 1, got 'many'"),
+    ('model = echo\n[reach]\n', 1, "setting 'model' outside a section"),
+    ('[reach]\nmodel echo\n', 2, "broken line 'model echo'"),
+    ('[reach]\n# a comment\nmodle = echo\n', 3, "unknown setting 'modle'"),
+    ('[reach]\nrequest_timeout = 0\n', 2, 'request_timeout must be a number above 0'),
+])
+def test_bad_settings_file_names_file_and_line(tmp_path, script, text, line, what):
+    (tmp_path/'settings.ini').write_text(text)
+    r = _reach('ask', '--model', script, 'Why?', cwd=tmp_path)
+    err = _one_error_line(r, what, f"settings.ini:{line}: ")
+    if 'unknown' in what: assert 'use one of model, base_url' in err and 'request_timeout' in err
+
+
+@pytest.mark.parametrize('args, parts', [
+    (['ask', 'Why?', '--max-steps', '0'], ['got 0 in option --max-steps']),
+    (['ask', 'Why?', '--max-steps', '-2'], ['got -2 in option --max-steps']),
+    (['ask', 'Why?', '--timeout', '0'], ['request_timeout must be a number above 0', 'option --timeout']),
+    (['ask', ''], ['the question is empty in the QUESTION argument']),
+    (['ask', '   '], ['the question is empty']),
+    (['ask'], ['no question in reach ask', '--file']),
+    (['ask', '--file', 'nosuch.txt'], ['no file nosuch.txt in option --file']),
+    (['demo', ''], ['the question is empty']),
+    (['data', 'build', '--rows', '-5'], ['--rows must be at least 1, got -5 in option --rows']),
+    (['data', 'build', '--rows', 'many'], ["Invalid value for '--rows'", 'reach data build --help']),
+    (['serve-model', '--errors', 'abc'], ["bad HTTP statuses 'abc' in option --errors", '429,500']),
+    (['serve-model', '--latency', '-1'], ['--latency must be at least 0']),
+    (['serve-model', '--wire', 'nosuch'], ["unknown wire format 'nosuch' in option --wire", 'hermes']),
+    (['ask', '--no-such-option', 'Why?'], ['No such option', 'reach ask --help']),
+])
+def test_bad_options_give_one_error_line(tmp_path, script, args, parts):
+    if args[0] == 'ask' and len(args) > 1: args = [*args, '--model', script]
+    _one_error_line(_reach(*args, cwd=tmp_path), *parts)
+
+
+def test_unknown_model_spec_for_serve_model_lists_the_known_ones(tmp_path):
+    "Not 'no endpoint is configured': the spec is unknown, and these are the ones there are."
+    err = _one_error_line(_reach('serve-model', '--model', 'nosuch', cwd=tmp_path), "unknown model spec 'nosuch' in option --model")
+    assert 'endpoint' not in err
+    for known in ['echo', 'scripted:', 'replay:', 'sim-analyst']: assert known in err
+
+
+def test_unreadable_model_spec_file(tmp_path):
+    _one_error_line(_reach('ask', '--model', f'scripted:{tmp_path}/none.json', 'Why?', cwd=tmp_path),
+                    "cannot use the model 'scripted:", 'option --model')
+
+
+def test_no_model_configured_says_what_to_set(tmp_path):
+    _one_error_line(_reach('ask', 'hello', cwd=tmp_path), 'in the model setting', 'REACH_API_KEY')
+
+
+def test_trace_path_that_cannot_be_written(tmp_path, script):
+    (tmp_path/'afile').write_text('x')
+    r = _reach('ask', '--model', script, '--trace', str(tmp_path), 'Why?', cwd=tmp_path)
+    _one_error_line(r, 'is a folder in option --trace')
+    r = _reach('ask', '--model', script, '--trace', str(tmp_path/'afile'/'run.jsonl'), 'Why?', cwd=tmp_path)
+    _one_error_line(r, 'cannot write the trace', 'in option --trace')
+    r = _reach('ask', '--model', script, '--trace', '/proc/reach-no-such-dir/run.jsonl', 'Why?', cwd=tmp_path)
+    _one_error_line(r, 'cannot write the trace', 'in option --trace')
+    (tmp_path/'settings.ini').write_text(f'[reach]\ntrace_dir = {tmp_path/"afile"}\n')
+    _one_error_line(_reach('demo', cwd=tmp_path), 'cannot write the trace', 'in the trace_dir setting')
+
+
+def test_debug_shows_the_traceback_too(tmp_path):
+    r = _reach('--debug', 'ask', '', cwd=tmp_path)
+    assert r.returncode == 2 and 'Traceback' in r.stderr and 'UserError' in r.stderr
+    assert r.stderr.splitlines()[-1].startswith('Error: the question is empty')
+
+
+
+@pytest.mark.parametrize('args', [[], ['data'], ['bench']])
+def test_no_arguments_shows_the_help_once(tmp_path, args):
+    r = _reach(*args, cwd=tmp_path)
+    assert r.returncode == 0 and (r.stdout + r.stderr).count('Usage:') == 1, r.stdout + r.stderr

@@ -1,0 +1,46 @@
+"The tool registry under hostile load: hung tools, huge names, many calls at once."
+import threading, time
+from reach_nb.tools import MAX_WORKERS, ToolRegistry, _workers, suggest_name
+
+def _workers_alive() -> int:
+    return sum(t.name == 'reach_nb.tools worker' for t in threading.enumerate())
+
+def _finishes(fn, seconds:float) -> bool:
+    "Whether `fn()` returns within `seconds` (a guard against pathological slowness, not a benchmark)."
+    t = threading.Thread(target=fn, daemon=True)
+    t.start(); t.join(seconds)
+    return not t.is_alive()
+
+def test_hung_calls_leave_a_bounded_number_of_threads():
+    release = threading.Event()
+    def hang(x:int): # a number
+        "Block until released."
+        release.wait(60); return x
+    reg = ToolRegistry([hang], timeout=0.05)
+    try:
+        obs = [reg.call('hang', {'x': i}) for i in range(50)]
+        assert all(o.error == 'timeout' for o in obs)
+        assert _workers_alive() <= MAX_WORKERS == _workers.max_threads == 32
+        busy = [o for o in obs if 'could not start' in o.content]
+        assert len(busy) >= 50 - MAX_WORKERS and 'worker threads are held by earlier calls' in busy[0].content
+    finally: release.set()
+    time.sleep(0.2)
+    assert reg.call('hang', {'x': 7}).content == '7'  # the threads are free again
+
+NINE = ['list_datasets', 'describe_dataset', 'list_operators', 'create_procedure', 'create_task', 'list_tasks', 'run_task',
+        'get_result', 'search_knowledge']
+
+def test_did_you_mean_on_a_huge_name_is_quick():
+    "Fuzzy matching a 10 MB name against nine tools took 17-43 s before names were cut to 200 characters."
+    huge = 'aB' * 5_000_000
+    reg = ToolRegistry([wide])
+    assert _finishes(lambda: suggest_name(huge, NINE), 10)
+    assert _finishes(lambda: reg.call(huge, {}), 10)
+    assert _finishes(lambda: reg.call('wide', {huge: 'x', 'list_datasets': 'y'}), 10)
+    ob = reg.call('wide', {huge[:300]: 'x', 'list_datasets': 'y'})
+    assert ob.error == 'bad_args' and len(ob.content) < 4000
+
+def wide(list_datasets:str='', describe_dataset:str='', list_operators:str='', create_procedure:str='', create_task:str='',
+         list_tasks:str='', run_task:str='', get_result:str='', search_knowledge:str=''):
+    "A tool with nine parameters, for parameter-name suggestions."
+    return list_datasets

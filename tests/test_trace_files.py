@@ -1,0 +1,63 @@
+"""Traces on disk as a crash leaves them: cut at any byte, not text, a bad line in the middle; and traces of real runs
+whose model sends what JSON can't hold as it is."""
+import json, warnings
+import pytest
+from reach_nb.core import Run, UserError, TraceWriter, read_trace
+from reach_nb.llm import ScriptedLLM
+from reach_nb.react import ReActAgent
+
+
+def lookup(key: str) -> str:
+    "Look a key up."
+    return f'value of {key}'
+
+
+def _real_trace(tmp_path, replies):
+    "The trace of a real ReAct run over a scripted model, written as it goes."
+    path = tmp_path/'run.jsonl'
+    with TraceWriter(path) as w:
+        for e in ReActAgent(ScriptedLLM(replies), [lookup]).stream('What is 代充?'): w.write(e)
+    return path
+
+
+REPLIES = [json.dumps({'thought': '先查 \ud800', 'action': {'tool': 'lookup', 'args': {'key': '代充 \udfff'}}}, ensure_ascii=False),
+           json.dumps({'thought': 'Done.', 'answer': 'It is proxy recharging 代充.'}, ensure_ascii=False)]
+
+
+def test_real_run_with_lone_surrogates_saves_and_loads(tmp_path):
+    run = Run.load(_real_trace(tmp_path, REPLIES))
+    assert run.status == 'finished' and run.answer == 'It is proxy recharging 代充.'
+    assert run.steps[0].thought == '先查 \ufffd' and run.steps[0].actions[0].args == {'key': '代充 \ufffd'}
+    assert run.steps[0].observation == 'value of 代充 \ufffd'
+
+
+def test_a_trace_cut_at_any_byte_loads_its_whole_lines(tmp_path):
+    "Every cut of a real trace (inside lines, inside multi-byte characters) loads the intact events before it."
+    data = _real_trace(tmp_path, REPLIES).read_bytes()
+    ends = [i + 1 for i, b in enumerate(data) if b == ord('\n')]
+    cuts = set(range(ends[0], len(data), 13)) | set(ends[:-1]) | {e - 1 for e in ends[1:]}
+    assert any(data[n - 1] >= 0x80 and data[n] >= 0x80 for n in cuts)  # some cuts fall inside a character
+    cut = tmp_path/'cut.jsonl'
+    for n in sorted(cuts):
+        cut.write_bytes(data[:n])
+        intact = n in ends or n + 1 in ends  # cut at a line's end, or only its newline lost
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            run, events = Run.load(cut), read_trace(cut)
+        assert len(caught) == (0 if intact else 2), (n, [str(w.message) for w in caught])
+        assert len(events) == sum(e <= n for e in ends) + (n + 1 in ends), n
+        assert run.status == ('finished' if n + 1 == len(data) else 'incomplete'), n
+        assert run.meta.get('incomplete', False) == (run.status == 'incomplete'), n
+
+
+def test_files_that_are_not_traces_are_named(tmp_path):
+    p = tmp_path/'notes.jsonl'
+    p.write_bytes(b'PK\x03\x04\x14\x00\x00\x00binary zip')
+    with pytest.raises(UserError, match=f'a binary file, not a trace in {p}'): Run.load(p)
+    p.write_bytes('{"type": "run_start", "question": "q"}\n'.encode('utf-16'))
+    with pytest.raises(UserError, match='a binary file'): Run.load(p)
+    p.write_bytes('{"type": "run_start", "question": "é"}\n'.encode('latin-1'))
+    with pytest.raises(UserError, match=r'not UTF-8 text \(byte 0xe9'): Run.load(p)
+    lines = _real_trace(tmp_path, REPLIES).read_text(encoding='utf-8').splitlines()
+    p.write_text('\n'.join(lines[:2] + ['{"type": "step_end"}'] + lines[2:]) + '\n', encoding='utf-8')
+    with pytest.raises(UserError, match=f'line 3 is not a reach_nb event .* in {p}:3: '): Run.load(p)
