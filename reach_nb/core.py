@@ -11,10 +11,11 @@ from fastcore.basics import patch
 from pydantic import BaseModel, Field, SkipValidation, TypeAdapter
 
 # %% auto #0
-__all__ = ['ErrorKind', 'PARAM_SYNONYMS', 'SafeguardKind', 'ParseLevel', 'Messages', 'StopReason', 'Event', 'MAX_TRACE_DEPTH',
-           'Usage', 'ToolCall', 'Observation', 'Safeguard', 'Step', 'RunStart', 'StepStart', 'TokenDelta',
-           'ModelOutput', 'SafeguardFired', 'ToolStart', 'ToolEnd', 'StepEnd', 'RunEnd', 'event_from_json', 'Run',
-           'valid_text', 'TraceWriter', 'write_trace', 'UserError', 'read_trace']
+__all__ = ['ErrorKind', 'PARAM_SYNONYMS', 'SafeguardKind', 'ParseLevel', 'Messages', 'StopReason', 'Event', 'Extra',
+           'MAX_TRACE_DEPTH', 'Usage', 'ToolCall', 'Observation', 'Safeguard', 'Step', 'RunStart', 'StepStart',
+           'TokenDelta', 'ModelOutput', 'SafeguardFired', 'ToolStart', 'ToolEnd', 'StepEnd', 'PlanTask', 'PlanMade',
+           'TaskStart', 'TaskEnd', 'Routed', 'StageOutput', 'RunEnd', 'event_from_json', 'Run', 'valid_text',
+           'TraceWriter', 'write_trace', 'UserError', 'read_trace']
 
 # %% ../nbs/00_core.ipynb #49dccb68
 class Usage(BaseModel):
@@ -97,6 +98,7 @@ class Step(BaseModel):
     prompt: Messages = Field(default_factory=list)  # the messages sent (older traces; now rebuilt from the steps)
     messages: Messages = Field(default_factory=list)  # what this step added to the conversation
     summary: str | None = None  # a short account of the step, made when it ended
+    task: str | None = None  # the plan task this step served, in agents that plan
     usage: Usage = Field(default_factory=Usage)
     safeguards: list[Safeguard] = Field(default_factory=list)
 
@@ -187,6 +189,57 @@ class StepEnd(BaseModel):
     type: Literal['step_end'] = 'step_end'
     step: Step
 
+# %% ../nbs/00_core.ipynb #c03a26f6
+class PlanTask(BaseModel):
+    "One task of a plan: its goal, the tool call it makes (if it is one), the tasks whose results it needs."
+    id: str
+    goal: str = ''
+    call: ToolCall | None = None  # a direct tool call; None: the task is a small agent run or a model step
+    deps: list[str] = Field(default_factory=list)
+
+class PlanMade(BaseModel):
+    "A planner wrote a plan, or revised it (`version` > 1)."
+    type: Literal['plan'] = 'plan'
+    index: int  # the step (model call) that wrote it
+    version: int = 1
+    tasks: list[PlanTask] = Field(default_factory=list)
+    note: str = ''  # why it was written or revised, in the planner's words
+
+class TaskStart(BaseModel):
+    "A task of the plan began; tasks started together share a `group`."
+    type: Literal['task_start'] = 'task_start'
+    task: str
+    index: int = 0  # the step it belongs to
+    group: int | None = None
+    at: float = 0.0  # seconds since the run began
+
+# %% ../nbs/00_core.ipynb #5cffd116
+class TaskEnd(BaseModel):
+    "A task finished, or failed; `result` is what later tasks and the solver see."
+    type: Literal['task_end'] = 'task_end'
+    task: str
+    index: int = 0
+    ok: bool = True
+    result: str = ''
+    at: float = 0.0  # seconds since the run began
+
+class Routed(BaseModel):
+    "A router chose the agent for a question, and says why."
+    type: Literal['route'] = 'route'
+    agent: str
+    reason: str = ''
+    by: Literal['rules', 'model'] = 'rules'
+    index: int = 0
+
+class StageOutput(BaseModel):
+    "What a stage of a pipeline produced, on its channel: for the user, for the next stage, or an error."
+    type: Literal['stage'] = 'stage'
+    index: int
+    stage: str
+    channel: Literal['user', 'flow', 'error'] = 'flow'
+    content: str = ''
+    final: bool = False  # a final answer: it ends the loop
+
 # %% ../nbs/00_core.ipynb #8cdd06ea
 StopReason = Literal['answer', 'max_steps', 'repeated', 'parse_failures', 'llm_error', 'stopped',
                      'needs_input', 'error']
@@ -200,7 +253,9 @@ class RunEnd(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)  # what was learnt in the run, e.g. that it was simulated
 
 Event = Annotated[Union[RunStart, StepStart, TokenDelta, ModelOutput, SafeguardFired, ToolStart, ToolEnd,
-                        StepEnd, RunEnd], Field(discriminator='type')]
+                        StepEnd, RunEnd, PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
+Extra = Annotated[Union[PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
+_EXTRA = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)
 _event_adapter = TypeAdapter(Event)
 
 def event_from_json(line:str|bytes|dict):
@@ -218,6 +273,10 @@ class Run(BaseModel):
     agent: str = ''
     model: str = ''
     meta: dict[str, Any] = Field(default_factory=dict)
+    extra: list[Extra] = Field(default_factory=list)  # plans, tasks, routes and stage outputs, in order
+
+    @property
+    def plans(self) -> list[PlanMade]: return [e for e in self.extra if isinstance(e, PlanMade)]
 
     @property
     def status(self) -> Literal['finished', 'incomplete']:
@@ -238,6 +297,7 @@ def from_events(cls:Run, events:Iterable) -> Run:
         if isinstance(e, RunStart): run = cls(question=e.question, agent=e.agent, model=e.model, meta=dict(e.meta))
         elif run is None: raise ValueError(f"An event stream must begin with run_start, got {e.type!r} first.")
         elif isinstance(e, StepEnd): run.steps.append(e.step)
+        elif isinstance(e, _EXTRA): run.extra.append(e)
         elif isinstance(e, RunEnd):
             run.answer, run.stop_reason, run.usage = e.answer, e.stop_reason, e.usage
             run.meta.update(e.meta)
@@ -251,7 +311,11 @@ def events(self:Run) -> list:
     "The run as its essential events: start, one `StepEnd` per step, end."
     meta = {k: v for k, v in self.meta.items() if k != 'incomplete'}  # recomputed when read back
     evs = [RunStart(question=self.question, agent=self.agent, model=self.model, meta=meta)]
-    evs += [StepEnd(step=s) for s in self.steps]
+    extra = sorted(self.extra, key=lambda e: getattr(e, 'index', 0))
+    for s in self.steps:
+        while extra and getattr(extra[0], 'index', 0) <= s.index: evs.append(extra.pop(0))
+        evs.append(StepEnd(step=s))
+    evs += extra
     if self.stop_reason: evs.append(RunEnd(answer=self.answer, stop_reason=self.stop_reason, usage=self.usage))
     return evs
 

@@ -273,7 +273,7 @@ class ReActAgent:
                  background:str='', # what the agent should know, for the {background} placeholder
                  max_actions:int=8, # calls run per step at most; more are refused with an observation
                  repeat_window:int=4, # steps with calls that the repeat guard looks back over (0: no guard)
-                 context:ContextPolicy|str|dict|None=None, # how prompts are built from steps: 'full', 'window:K', 'layered'
+                 context:ContextPolicy|str|dict|None=None, # how prompts are built: 'full', 'window:K', 'layered'
                  summariser=None, # makes `Step.summary` when a policy uses summaries; default `extractive_summary`
                  ask_user:bool=False): # offer the model an `ask_user` tool: the run pauses for the user's reply
         if mode not in ('json', 'native'): raise ValueError(f"mode must be 'json' or 'native', got {mode!r}.")
@@ -330,7 +330,7 @@ class _Loop:
         self.shown, self.crash, self.start = 0, None, time.perf_counter()
         self.sent = []  # the messages of the model call in progress
         self.reply, self.cached = None, {}  # set by `carry_on`
-        try: self.head = list(head) if head else [{'role': 'system', 'content': self._system()}, {'role': 'user', 'content': question}]
+        try: self.head = list(head or [{'role': 'system', 'content': self._system()}, {'role': 'user', 'content': question}])
         except Exception as e: self.head, self.crash = [{'role': 'user', 'content': question}], e
 
     def _system(self) -> str:
@@ -351,7 +351,17 @@ def carry_on(self:_Loop, steps:list[Step]|None=None, # steps already taken
     self.usage = sum((s.usage for s in self.steps), Usage())
     self.reply, self.cached = (None if reply is None else as_response(reply)), dict(cached or {})
     for s in self.steps[-self.a.repeat_window:] if self.a.repeat_window else []:
-        if s.actions: self.recent.append((s.index, {self._key(c): o.content for c, o in zip(s.actions, s.observations)}, False))
+        ran = {self._key(c): o.content for c, o in zip(s.actions, s.observations)}
+        if ran: self.recent.append((s.index, ran, False))
+    self.fails, self.errors = _trailing(self.steps, 'correction'), _trailing(self.steps, 'internal_error')
+
+def _trailing(steps:list[Step], kind:str) -> int:
+    "How many of the last steps in a row had a safeguard of `kind` (the counts the loop keeps as it goes)."
+    n = 0
+    for s in reversed(steps):
+        if not _fired(s, kind): break
+        n += 1
+    return n
 
 # %% ../nbs/06_react.ipynb #713b01d1
 def _usage(r:LLMResponse) -> Usage:
@@ -533,7 +543,8 @@ def _known(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
     todo, out = {id(c) for c in calls}, {}
     for n, c in enumerate(step.actions):
         if id(c) not in todo: continue
-        if self.a.ask_user and _is_ask(c): out[id(c)] = Observation(tool=ASK_USER, content=_WAITING, call_id=c.id, args=c.args)
+        if self.a.ask_user and _is_ask(c):
+            out[id(c)] = Observation(tool=ASK_USER, content=_WAITING, call_id=c.id, args=c.args)
         elif (o := self.cached.get((step.index, n))) is not None and o.tool == c.tool: out[id(c)] = o
     return out
 
@@ -607,7 +618,8 @@ def tool_step_messages(step:Step, mode:str) -> list[dict]:
              for k, c in enumerate(step.actions)]
     text = None if step.parse_level == 'repaired' else step.raw or None  # calls read from the text: not repeated
     return [{'role': 'assistant', 'content': text, 'tool_calls': calls},
-            *({'role': 'tool', 'tool_call_id': tc['id'], 'content': o.content} for tc, o in zip(calls, step.observations))]
+            *({'role': 'tool', 'tool_call_id': tc['id'], 'content': o.content}
+              for tc, o in zip(calls, step.observations))]
 
 @patch
 def _remember(self:_Loop, step:Step, resp:LLMResponse|None):
@@ -782,10 +794,12 @@ def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
     "Carry on a run that waits for the user: `text` becomes the observation of its `ask_user` call."
     last = run.steps[-1] if run.steps else None
     if last is None or pending_question(last) is None:
-        raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); ask a new question instead.")
+        raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); "
+                         "ask a new question instead.")
     text = truncate(str(text), self.tools.max_chars)[0]
     k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations)) if _is_ask(a) and o.content == _WAITING)
-    return self.stream(run.question, head=run.meta.get('head'), steps=[*run.steps[:-1], _edited(last, {k: text}, self.mode)])
+    answered = _edited(last, {k: text}, self.mode)
+    return self.stream(run.question, head=run.meta.get('head'), steps=[*run.steps[:-1], answered])
 
 # %% ../nbs/06_react.ipynb #7bbc1d53
 @patch
@@ -797,7 +811,8 @@ def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
     "Carry on `run` from step `step`, optionally with that step's reply or observation replaced."
     pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
     if pos is None: raise ValueError(f"The run has no step {step}; its steps are {[s.index for s in run.steps]}.")
-    if model_output is not None and observation is not None: raise ValueError("Give model_output or observation, not both.")
+    if model_output is not None and observation is not None:
+        raise ValueError("Give model_output or observation, not both.")
     steps, meta = list(run.steps[:pos]), {'fork_step': step, 'parent': parent}
     if observation is not None:
         s = run.steps[pos]

@@ -4,22 +4,26 @@
 
 # %% ../nbs/07_sessions.ipynb #39302c11
 from __future__ import annotations
-import json, os, sqlite3, threading, time, uuid
+import copy, json, os, sqlite3, threading, time, uuid
 from abc import ABC, abstractmethod, update_abstractmethods
 from collections import defaultdict
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 from fastcore.basics import patch
 from pydantic import BaseModel, Field
 from .config import load_settings, resolve_path
-from .core import Observation, Run, RunStart, StepEnd, ToolEnd, ToolStart, event_from_json
+from .core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
+                           ToolStart, Usage, event_from_json)
+from .llm import LLMResponse
+from .react import known_summary, pending_question
+from .tools import ToolRegistry
 
 # %% auto #0
 __all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'event_json', 'RunInfo',
            'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog', 'completed_tool_results',
-           'cut_at_step', 'RedisSessionStore', 'open_store']
+           'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume', 'resume_session', 'fork']
 
 # %% ../nbs/07_sessions.ipynb #cfa01af0
 MAX_EVENT_BYTES = 1_000_000  # an event above this is stored cut, never refused
@@ -291,19 +295,17 @@ _concrete(SQLiteSessionStore)
 class SessionLog:
     "Appends each event of a stream to `store` under `run_id` as it passes through; `log(e)` appends one event."
     def __init__(self, store:SessionStore, run_id:str, # a run made with `store.new_run`
-                 skip:Iterable[str]=()): # event types not to store, e.g. ('token',): model_output has the text
+                 skip:Iterable[str]=(), # event types not to store, e.g. ('token',): model_output has the text
+                 given:dict|None=None): # results the stream reuses, by (step, call position): stored with their calls
         self.store, self.run_id, self.skip = store, run_id, frozenset(skip)
         store._need(run_id, 'SessionLog')
+        self._lock, self._calls, self._ready, self._early = threading.RLock(), {}, dict(given or {}), {}
+        self._started, self._stored = defaultdict(int), defaultdict(int)  # per step: calls started, results stored
 
     @classmethod
     def new(cls, store:SessionStore, session_id:str, question:str='', skip:Iterable[str]=(), **kw) -> SessionLog:
         "A log for a new run in `session_id` (`kw` as for `new_run`)."
         return cls(store, store.new_run(session_id, question=question, **kw), skip)
-
-    def __call__(self, e):
-        if isinstance(e, dict): e = event_from_json(e)
-        if getattr(e, 'type', None) not in self.skip: self.store.append(self.run_id, e)
-        return e
 
     def record(self, events:Iterable) -> Iterator:
         "Yield each event of `events` once it is stored; closing this closes `events` too."
@@ -312,6 +314,49 @@ class SessionLog:
             for e in it: yield self(e)
         finally:
             if hasattr(it, 'close'): it.close()
+
+# %% ../nbs/07_sessions.ipynb #a1c0e001
+@patch
+def __call__(self:SessionLog, e):
+    "Store event `e` (unless its type is skipped, or it is a result stored already); returns `e`."
+    if isinstance(e, dict): e = event_from_json(e)
+    if getattr(e, 'type', None) in self.skip: return e
+    with self._lock:
+        if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), (None,))[0] is e.observation: return e
+        self.store.append(self.run_id, e)
+        self._track(e)
+    return e
+
+@patch
+def _track(self:SessionLog, e):
+    "Follow each step's calls and the results stored, so a call's result can be stored as soon as it returns."
+    if isinstance(e, StepStart): self._started[e.index] = self._stored[e.index] = 0
+    elif isinstance(e, ToolStart):
+        k = (e.index, self._started[e.index])
+        if k in self._ready and self._ready[k].tool != e.call.tool: del self._ready[k]  # not the call it was for
+        self._calls[id(e.call)], self._started[e.index] = (e.call, *k), k[1] + 1
+        self._flush(e.index)
+    elif isinstance(e, ToolEnd): self._ready.pop((e.index, self._stored[e.index]), None); self._stored[e.index] += 1
+    elif isinstance(e, StepEnd):
+        self._calls = {k: v for k, v in self._calls.items() if v[1] != e.step.index}
+        self._early = {k: v for k, v in self._early.items() if v[1] != e.step.index}
+
+# %% ../nbs/07_sessions.ipynb #a1c0e003
+@patch
+def _flush(self:SessionLog, i:int):
+    "Store the results of step `i` that are ready, in call order, so that each stays matched to its call."
+    while self._stored[i] < self._started[i] and (o := self._ready.pop((i, self._stored[i]), None)) is not None:
+        self.store.append(self.run_id, ToolEnd(index=i, observation=o))
+        self._early[id(o)], self._stored[i] = (o, i), self._stored[i] + 1
+
+@patch
+def tool_done(self:SessionLog, c:ToolCall, # a call whose `tool_start` this log stored
+              o:Observation) -> Observation: # what it returned
+    "Store the result of call `c` now, not when its whole step is done; returns `o`."
+    if 'tool_end' in self.skip: return o
+    with self._lock:
+        if (got := self._calls.get(id(c))) and got[0] is c: self._ready[got[1:]] = o; self._flush(got[1])
+    return o
 
 # %% ../nbs/07_sessions.ipynb #5c9463d0
 def _positions(calls:list, observations:list) -> dict[int, Observation]:
@@ -324,15 +369,18 @@ def _positions(calls:list, observations:list) -> dict[int, Observation]:
 
 def completed_tool_results(events:Iterable) -> dict[tuple[int, int], Observation]:
     "The observations of the tool calls that finished, keyed by (step index, call position), so a resume skips them."
-    calls, obs, ended, done = defaultdict(list), defaultdict(list), set(), {}
+    calls, obs, done = defaultdict(list), defaultdict(list), {}
+    def settle(i): done.update({(i, k): o for k, o in _positions(calls.pop(i, []), obs.pop(i, [])).items()})
     for e in events:
         if isinstance(e, dict): e = event_from_json(e)
-        if isinstance(e, ToolStart): calls[e.index].append(e.call)
+        if isinstance(e, StepStart): settle(e.index)  # a step tried again by a resume: each try's results count
+        elif isinstance(e, ToolStart): calls[e.index].append(e.call)
         elif isinstance(e, ToolEnd): obs[e.index].append(e.observation)
         elif isinstance(e, StepEnd):
-            ended.add(e.step.index)
-            done.update({(e.step.index, k): o for k, o in enumerate(e.step.observations)})
-    for i in obs.keys() - ended: done.update({(i, k): o for k, o in _positions(calls[i], obs[i]).items()})
+            i = e.step.index; calls.pop(i, None); obs.pop(i, None)
+            for k in [k for k in done if k[0] == i]: del done[k]
+            done.update({(i, k): o for k, o in enumerate(e.step.observations)})
+    for i in [*calls.keys() | obs.keys()]: settle(i)
     return dict(sorted(done.items()))
 
 # %% ../nbs/07_sessions.ipynb #f3c07bec
@@ -436,3 +484,120 @@ def open_store(where:str|Path|None=None) -> SessionStore:
     w = '' if where is None else str(where)
     if w.startswith(('redis://', 'rediss://', 'unix://')): return RedisSessionStore(w)
     return SQLiteSessionStore(w.removeprefix('sqlite://') or None)
+
+# %% ../nbs/07_sessions.ipynb #b7d10002
+def _reporting(agent, log:SessionLog):
+    "A copy of `agent` whose tool calls give each result to `log` the moment it returns."
+    if not isinstance(reg := getattr(agent, 'tools', None), ToolRegistry): return agent
+    reg, call, acall = copy.copy(reg), reg.call, reg.acall
+    async def reported(c, *args, **kw): return log.tool_done(c, await acall(c, *args, **kw))
+    reg.call, reg.acall = (lambda c, *args, **kw: log.tool_done(c, call(c, *args, **kw))), reported
+    out = copy.copy(agent)
+    out.tools = reg
+    return out
+
+def record(store:SessionStore, agent, # any agent with `stream(question, head=, meta=)`, e.g. a `ReActAgent`
+           question:str, session_id:str, # the conversation the run belongs to
+           head:list[dict]|None=None, # the messages before the steps, e.g. the conversation so far
+           meta:dict|None=None, # labels for the run, kept in its `RunInfo` and its `run_start` event
+           skip:Iterable[str]=('token',), # event types not to store
+           on_event:Callable|None=None) -> Run: # called with each event once it is stored
+    "Run `agent` on `question` with each event stored as it happens; returns the stored run."
+    log = SessionLog.new(store, session_id, question, skip=skip, meta=meta)
+    labels = {**(meta or {}), 'run_id': log.run_id, 'session_id': session_id}
+    for e in log.record(_reporting(agent, log).stream(question, head=head, meta=labels)):
+        if on_event is not None: on_event(e)
+    return store.run(log.run_id)
+
+# %% ../nbs/07_sessions.ipynb #b7d10010
+def _attempt(events:list, i:int) -> list:
+    "The events of the last try at step `i` that got the model's reply (a resumed step is tried again)."
+    tries = [[]]
+    for e in events:
+        if getattr(e, 'index', None) != i: continue
+        if isinstance(e, StepStart): tries.append([])
+        else: tries[-1].append(e)
+    return next((t for t in reversed(tries) if any(isinstance(e, ModelOutput) for e in t)), [])
+
+def _recorded_reply(events:list, i:int, mode:str) -> LLMResponse|None:
+    "The model's reply at step `i` as stored, to use again instead of paying for it twice; None if it is not known."
+    got = _attempt(events, i)
+    out = next((e for e in got if isinstance(e, ModelOutput)), None)
+    if out is None: return None
+    if mode != 'native' or out.parse_level == 'repaired': return LLMResponse(content=out.raw)  # calls in the text
+    calls = [e.call for e in got if isinstance(e, ToolStart)]
+    return LLMResponse(content=out.raw, tool_calls=calls) if calls else None  # calls not stored yet: ask again
+
+# %% ../nbs/07_sessions.ipynb #b7d10020
+def _trailing(steps:list[Step], test:Callable) -> int:
+    "How many of the last steps pass `test`, counting back from the last."
+    return next((k for k, s in enumerate(reversed(steps)) if not test(s)), len(steps))
+
+def _ended(steps:list[Step], max_corrections:int=2) -> tuple|None:
+    "(answer, stop reason) if the last of `steps` ended the run and only its `run_end` was lost, else None."
+    if not steps: return None
+    last, kinds = steps[-1], {g.kind for g in steps[-1].safeguards}
+    if 'max_steps' in kinds: return last.answer, 'max_steps'
+    if last.answer is not None: return last.answer, 'answer'
+    if (asked := pending_question(last)) is not None: return asked, 'needs_input'
+    crashed = lambda s: any(g.kind == 'internal_error' for g in s.safeguards)
+    stop = ('llm_error' if 'llm_error' in kinds else 'repeated' if 'repeat_stop' in kinds
+            else 'error' if _trailing(steps, crashed) > max_corrections
+            else 'parse_failures' if _trailing(steps, lambda s: s.parse_level == 'failed') > max_corrections else None)
+    return (known_summary(steps), stop) if stop else None
+
+# %% ../nbs/07_sessions.ipynb #b7d10030
+def _carry_on(store:SessionStore, info:RunInfo, agent, events:list, cached:dict) -> Iterator:
+    "The events that finish a stored run: its step that was cut off and the rest, or only its lost end."
+    if not events:  # it died before its first event
+        return agent.stream(info.question, meta={**info.meta, 'run_id': info.run_id, 'session_id': info.session_id})
+    run = store.run(info.run_id)
+    if (end := _ended(run.steps, getattr(agent, 'max_corrections', 2))) is not None:
+        llm_meta = dict(getattr(getattr(agent, 'llm', None), 'meta', {}) or {})
+        usage = sum((s.usage for s in run.steps), Usage())
+        return iter([RunEnd(answer=end[0], stop_reason=end[1], usage=usage, meta=llm_meta)])
+    reply = _recorded_reply(events, len(run.steps) + 1, getattr(agent, 'mode', 'json'))
+    return agent.stream(run.question, head=run.meta.get('head'), steps=run.steps, reply=reply, cached=cached,
+                        start=False)
+
+def resume(store:SessionStore, run_id:str, agent, # the agent the run was made with (same tools and settings)
+           on_event:Callable|None=None) -> Run: # called with each new event once it is stored
+    "Finish run `run_id` after its process died, in the same stored run; a finished run is returned as it is."
+    info = store._need(run_id, 'resume')
+    if info.status == 'finished': return store.run(run_id)
+    events = store.events(run_id)
+    i = sum(isinstance(e, StepEnd) for e in events) + 1  # the step that was cut off
+    cached = {k: o for k, o in completed_tool_results(events).items() if k[0] == i}
+    log = SessionLog(store, run_id, skip=('token',), given=cached)
+    for e in log.record(_carry_on(store, info, _reporting(agent, log), events, cached)):
+        if on_event is not None: on_event(e)
+    return store.run(run_id)
+
+# %% ../nbs/07_sessions.ipynb #b7d10040
+def resume_session(store:SessionStore, session_id:str, agent, on_event:Callable|None=None) -> Run:
+    "Resume the latest run of session `session_id` that did not finish."
+    runs = store.runs(session_id)
+    if not runs: raise ValueError(f"Error: no session {str(session_id)[:60]!r} in resume_session: list the sessions "
+                                  "with store.sessions().")
+    cut = [r for r in runs if r.status == 'incomplete']
+    if not cut: raise ValueError(f"Error: every run of session {session_id!r} finished in resume_session: there is "
+                                 "nothing to resume; ask a new question or fork a run instead.")
+    return resume(store, cut[-1].run_id, agent, on_event)
+
+# %% ../nbs/07_sessions.ipynb #b7d10050
+def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as it is
+         step:int, # the step to change: the steps before it are kept
+         agent, # the agent that carries on (same tools; its model answers from `step` on)
+         model_output=None, # the model's reply at `step` instead (a str or LLMResponse)
+         observation:str|list[str]|None=None, # what the call(s) at `step` returned instead
+         on_event:Callable|None=None) -> str: # called with each event once it is stored
+    "Fork run `run_id` at `step` into a new run of the same session; returns the new run's id."
+    info = store._need(run_id, 'fork')
+    run, kw = store.run(run_id), dict(model_output=model_output, observation=observation)
+    try: agent.fork(run, step, **kw)  # checks the arguments before anything is stored
+    except ValueError as e:
+        raise ValueError(f"Error: cannot fork run {run_id[:12]} at step {step} in fork: {e}") from None
+    log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id, fork_step=step)
+    for e in log.record(_reporting(agent, log).fork(run, step, parent=run_id, **kw)):
+        if on_event is not None: on_event(e)
+    return log.run_id
