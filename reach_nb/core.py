@@ -58,6 +58,7 @@ class Observation(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)  # the arguments actually used, after coercion
     truncated: bool = False
     duration: float = 0.0
+    source: str | None = None  # where the tool lives, e.g. the MCP server that ran it
 
 # %% ../nbs/00_core.ipynb #4b703056
 PARAM_SYNONYMS: dict[str, list[str]] = {

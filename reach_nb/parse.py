@@ -42,14 +42,19 @@ def _show(s:str, n:int=30) -> str: return json.dumps(_short(s, n), ensure_ascii=
 MAX_REPLY_CHARS = 200_000  # a longer reply is refused at once, before any reading
 MAX_DEPTH = 200            # objects and arrays nested deeper than this are refused on every path
 
+def _shallow(text:str, limit:int=MAX_DEPTH) -> bool:
+    "Whether `text` has too few brackets to nest more than `limit` deep (a quick test that spares the walk)."
+    return text.count('{') + text.count('[') <= limit
+
 def _too_deep(v, limit:int=MAX_DEPTH) -> bool:
     "Whether objects and arrays in `v` nest more than `limit` levels deep (checked without recursion)."
-    todo = [(v, 1)]
-    while todo:
-        x, d = todo.pop()
-        if isinstance(x, (dict, list, tuple)):
-            if d > limit: return True
-            todo.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    level, depth = [v], 0
+    while level:
+        boxes = [x for x in level if isinstance(x, (dict, list, tuple))]
+        depth += 1
+        if not boxes: return False
+        if depth > limit: return True
+        level = [y for x in boxes for y in (x.values() if isinstance(x, dict) else x)]
     return False
 
 # %% ../nbs/02_parse.ipynb #b208e4d7
@@ -516,7 +521,7 @@ def _parse(text:str) -> ParseResult:
     if len(text) > MAX_REPLY_CHARS: return _too_long(text)
     try: v = json.loads(text)
     except (ValueError, TypeError, RecursionError): v = None
-    if isinstance(v, dict) and not _too_deep(v): return ParseResult(value=v, level='strict', raw=text)
+    if isinstance(v, dict) and (_shallow(text) or not _too_deep(v)): return ParseResult(value=v, level='strict', raw=text)
     return _repair(text)
 
 # %% ../nbs/02_parse.ipynb #7a3c9e20

@@ -17,7 +17,7 @@ from .core import PARAM_SYNONYMS, Observation, ToolCall
 
 # %% auto #0
 __all__ = ['MAX_WORKERS', 'json_schema', 'schema_label', 'Tool', 'tool', 'as_tool', 'short_repr', 'suggest_name', 'render_output',
-           'truncate', 'run_sync', 'ToolRegistry']
+           'truncate', 'run_sync', 'ToolRegistry', 'ToolError']
 
 # %% ../nbs/03_tools.ipynb #6ad28347
 _PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
@@ -46,10 +46,13 @@ def json_schema(hint) -> dict:
 
 # %% ../nbs/03_tools.ipynb #b03c38bd
 def schema_label(s:dict) -> str:
-    "A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\"."
+    "A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\", 'string or integer'."
+    if not isinstance(s, dict): return 'any value'
     if 'enum' in s: return 'one of ' + ', '.join(map(repr, s['enum']))
-    if 'anyOf' in s: return ' or '.join(schema_label(x) for x in s['anyOf'])
+    alts = s.get('anyOf') or s.get('oneOf')
+    if isinstance(alts, list): return ' or '.join(schema_label(x) for x in alts)
     t = s.get('type')
+    if isinstance(t, list): return ' or '.join(schema_label({**s, 'type': x}) for x in t if x != 'null') or 'null'
     if t == 'array' and 'items' in s: return f"array of {schema_label(s['items'])}"
     return t or 'any value'
 
@@ -70,9 +73,11 @@ class _Param:
     hint: Any
     default: Any
     doc: str|None = None
+    given: dict|None = None  # the parameter's own JSON Schema, for a tool defined by one
     def __post_init__(self):
         self.required = self.default is inspect.Parameter.empty
-        self.schema = {**json_schema(self.hint), **({'description': self.doc} if self.doc else {})}
+        base = json_schema(self.hint) if self.given is None else self.given
+        self.schema = {**base, **({'description': self.doc} if self.doc else {})}
         self.validator = _validator(self.hint)
 
 # %% ../nbs/03_tools.ipynb #d39e5f44
@@ -95,6 +100,40 @@ def _params(fn) -> tuple[list[_Param], bool]:
     hint = lambda p: hints.get(p.name, Any if isinstance(p.annotation, str) else p.annotation)
     params = [_Param(p.name, hint(p), p.default, docs.get(p.name)) for p in named]
     return params, any(p.kind is p.VAR_KEYWORD for p in ps)
+
+# %% ../nbs/03_tools.ipynb #d3de22d3
+_JSON_HINTS = {'string': str, 'integer': int, 'number': int|float, 'boolean': bool, 'object': dict, 'null': type(None)}
+
+def _hint_of(s) -> Any:
+    "A Python type for a JSON Schema, close enough to coerce what a model sends; `Any` where unsure."
+    if not isinstance(s, dict): return Any
+    if isinstance(s.get('enum'), list) and s['enum']:
+        try: return Literal[tuple(s['enum'])]
+        except TypeError: return Any  # unhashable values
+    alts = s.get('anyOf') or s.get('oneOf') or s.get('type')
+    if isinstance(alts, list):
+        hints = [_hint_of(a if isinstance(a, dict) else {**s, 'type': a}) for a in alts]
+        return Any if not hints or Any in hints else Union[tuple(hints)]
+    if alts == 'array': return list[_hint_of(s['items'])] if isinstance(s.get('items'), dict) else list
+    return _JSON_HINTS.get(alts, Any) if isinstance(alts, str) else Any
+
+# %% ../nbs/03_tools.ipynb #52e0c1e3
+def _schema_param(name:str, s, need:set) -> _Param:
+    "One parameter from its schema: required if listed so, else its default (None when it has none)."
+    s = s if isinstance(s, dict) else {}
+    doc = s['description'] if isinstance(s.get('description'), str) else None
+    given = {k: v for k, v in s.items() if k not in ('description', 'title')}
+    return _Param(name, _hint_of(s), inspect.Parameter.empty if name in need else s.get('default'), doc, given)
+
+def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
+    "The parameters a JSON Schema of an object lists, and whether it takes other keys too."
+    if not isinstance(schema, dict) or schema.get('type', 'object') != 'object' or not isinstance(
+        schema.get('properties', {}), dict): raise ValueError(
+            f"Tool {tool_name!r}: parameters must be a JSON Schema of type 'object' with 'properties', "
+            f"got {repr(schema)[:200]}.")
+    need = set(schema.get('required') or [])
+    params = [_schema_param(str(n), s, need) for n, s in (schema.get('properties') or {}).items()]
+    return params, schema.get('additionalProperties') is True
 
 # %% ../nbs/03_tools.ipynb #b33eab58
 def _norm(name:str) -> str:
@@ -120,6 +159,14 @@ _PLACEHOLDER = {'string': '…', 'integer': 1, 'number': 1.0, 'boolean': True, '
 
 def _first_line(doc:str|None) -> str: return (doc or '').strip().split('\n')[0].strip()
 
+def _own_schema(params:list[_Param]) -> dict:
+    return {'type': 'object', 'properties': {p.name: p.schema for p in params},
+            'required': [p.name for p in params if p.required]}
+
+def _given_schema(s:dict) -> dict:
+    "A given schema as function calling takes it: an object with properties, without `$schema` (some APIs refuse it)."
+    return {'type': 'object', 'properties': {}} | {k: v for k, v in s.items() if k != '$schema'}
+
 def _example_value(p:_Param):
     if not p.required: return p.default
     s = p.schema
@@ -128,6 +175,11 @@ def _example_value(p:_Param):
     return _PLACEHOLDER.get(s.get('type'), '…')
 
 # %% ../nbs/03_tools.ipynb #2dca5043
+def _check_name(name:str) -> str:
+    if not _NAME_RE.match(name): raise ValueError(f"{name!r} is not a usable tool name: use letters, digits, _ or - "
+                                                  "(at most 64), e.g. tool(fn, name='lookup').")
+    return name
+
 def _check_aliases(name:str, aliases) -> list[str]:
     "The tool's other names, each one a usable tool name."
     bad = [a for a in aliases or [] if not isinstance(a, str) or not _NAME_RE.match(a)]
@@ -136,7 +188,7 @@ def _check_aliases(name:str, aliases) -> list[str]:
 
 # %% ../nbs/03_tools.ipynb #d43ee2d5
 class Tool:
-    "A typed Python function the model may call, with its JSON Schema derived from the signature."
+    "A function the model may call, with its JSON Schema derived from its signature (or given: see `from_schema`)."
     def __init__(self, fn:Callable, # a typed function with a docstring; `async def` is fine
                  name:str|None=None, # defaults to the function's name
                  description:str|None=None, # defaults to the docstring's first line
@@ -144,22 +196,20 @@ class Tool:
                  max_chars:int|None=None, # cap on the output; None uses the registry's, 0 means no cap
                  examples:list[str]|None=None, # example calls shown to the model, e.g. "search(query='x')"
                  synonyms:dict[str, list[str]]|None=None, # more parameter aliases: {'query': ['terms']}
-                 aliases:list[str]|None=None): # other names the tool answers to, e.g. ['FindCases']
-        self.fn, self.timeout, self.max_chars = fn, timeout, max_chars
-        self.name = name or getattr(fn, '__name__', '')
-        if not _NAME_RE.match(self.name): raise ValueError(
-            f"{self.name!r} is not a usable tool name: use letters, digits, _ or - (at most 64), "
-            "e.g. tool(fn, name='lookup').")
+                 aliases:list[str]|None=None, # other names the tool answers to, e.g. ['FindCases']
+                 parameters:dict|None=None, # a JSON Schema of the arguments, used instead of the signature
+                 source:str|None=None): # where the tool lives, e.g. "MCP server 'time'"; shown in the prompt
+        self.fn, self.timeout, self.max_chars, self.source = fn, timeout, max_chars, source
+        self.name = _check_name(name or getattr(fn, '__name__', ''))
         self.aliases = _check_aliases(self.name, aliases)
         self.description = description or _first_line(inspect.getdoc(fn))
         if not self.description: raise ValueError(
             f"Tool {self.name!r} has no docstring: add one line saying what it does and when to use it; "
             "the model reads it.")
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.params, self.takes_kwargs = _params(fn)
+        self.params, self.takes_kwargs = _params(fn) if parameters is None else _schema_params(parameters, self.name)
         self._names, self._aliases = {p.name for p in self.params}, _aliases(self.params, synonyms, self.name)
-        self.parameters = {'type': 'object', 'properties': {p.name: p.schema for p in self.params},
-                           'required': [p.name for p in self.params if p.required]}
+        self.parameters = _own_schema(self.params) if parameters is None else _given_schema(parameters)
         self.examples = list(examples or []) or [self._generated_example()]
 
 # %% ../nbs/03_tools.ipynb #27ca0ae5
@@ -240,10 +290,11 @@ def _loosen(v, s:dict):
     if t == 'array' and not isinstance(v, (list, tuple, set)): v = [v]
     return v
 
-def _coerce(p:_Param, v) -> tuple[Any, str|None]:
+def _coerce(p:_Param, v, loose:bool=True) -> tuple[Any, str|None]: # loose=False: `v` must have the type already
     "`v` as `p`'s type, or `v` with a sentence saying what was wrong."
     if p.validator is None or type(v) is p.hint or (v is None and p.default is None): return v, None
-    try: return p.validator.validate_python(_loosen(v, p.schema)), None
+    try: return (p.validator.validate_python(_loosen(v, p.schema)) if loose
+                 else p.validator.validate_python(v, strict=True)), None
     except ValidationError: return v, f"'{p.name}' expects {schema_label(p.schema)}, got {short_repr(v)}"
 
 # %% ../nbs/03_tools.ipynb #10af1c11
@@ -257,23 +308,24 @@ def _target(self:Tool, key:str) -> str|None:
     return self._aliases.get(_norm(str(key)[:_QUOTE_MAX]))
 
 @patch
-def _unknown_param(self:Tool, key:str) -> str:
+def _unknown_param(self:Tool, key:str, suggest:bool=True) -> str: # suggest: say which parameter it may have meant
     if _POSITIONAL.match(key): return f"too many positional arguments ({self.name} takes {len(self.params)})"
-    near = suggest_name(key, self._names)
+    near = suggest_name(key, self._names) if suggest else None
     return f"unknown parameter {short_repr(key)}" + (f" (did you mean {near!r}?)" if near else '')
 
 # %% ../nbs/03_tools.ipynb #841a6817
 @patch
-def _rename(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
+def _rename(self:Tool, args:dict, loose:bool=True, # loose=False: only the parameters' own names
+            suggest:bool=True) -> tuple[dict, list[str], list[str]]:
     "Put each argument under its parameter's name: (kwargs, renamings, problems)."
     kw = {k: v for k, v in args.items() if k in self._names}
     notes, problems = [], []
     for k, v in args.items():
         if k in self._names: continue
-        target = self._target(k)
+        target = self._target(k) if loose else None
         if target is None:
             if self.takes_kwargs: kw[k] = v
-            else: problems.append(self._unknown_param(k))
+            else: problems.append(self._unknown_param(k, suggest))
         elif target in kw:
             problems.append(f"{short_repr(k)} is another name for {target!r}, which was already given; pass it once")
         else:
@@ -283,12 +335,14 @@ def _rename(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
 
 # %% ../nbs/03_tools.ipynb #54104a2d
 @patch
-def prepare_args(self:Tool, args:dict) -> tuple[dict, list[str], list[str]]:
+def prepare_args(self:Tool, args:dict,
+                 coerce:bool=True, # take synonyms, case variants, positions and values of a near type
+                 suggest:bool=True) -> tuple[dict, list[str], list[str]]: # name the parameter a wrong name meant
     "Rename and coerce the model's `args` for this tool: (kwargs, renamings made, problems left)."
-    kw, notes, problems = self._rename(args)
+    kw, notes, problems = self._rename(args, coerce, suggest)
     for p in self.params:
         if p.name in kw:
-            kw[p.name], err = _coerce(p, kw[p.name])
+            kw[p.name], err = _coerce(p, kw[p.name], coerce)
             if err: problems.append(err)
         elif p.required:
             problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema)}{': ' + p.doc if p.doc else ''})")
@@ -359,9 +413,9 @@ _workers = _Workers()
 # %% ../nbs/03_tools.ipynb #1b31df22
 class _LoopThread:
     "An event loop running forever in a daemon thread."
-    def __init__(self):
+    def __init__(self, name:str='reach_nb.tools loop'):
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name='reach_nb.tools loop', daemon=True)
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
 _loop_thread, _loop_lock = None, threading.Lock()
@@ -412,10 +466,14 @@ class ToolRegistry:
     def __init__(self, tools:Iterable|None=None, # functions, `@tool` functions or `Tool`s
                  timeout:float|None=30.0, # default seconds per call; None or 0 for no limit
                  max_chars:int|None=4000, # default cap on an observation's length; None or 0 for no cap
-                 max_parallel:int|None=4): # most calls of one `call_many` running at once; None or 0 for no limit
+                 max_parallel:int|None=4, # most calls of one `call_many` running at once; None or 0 for no limit
+                 suggestions:bool=True, # "did you mean" for an unknown tool or parameter name
+                 coercion:bool=True): # take parameter synonyms, case variants, positions, values of a near type
         self.tools: dict[str, Tool] = {}
         self.timeout, self.max_chars, self.max_parallel = timeout, max_chars, max_parallel
+        self.suggestions, self.coercion = bool(suggestions), bool(coercion)
         self._schemas, self._by_alias = None, {}
+        self.version = 0  # goes up at each change of the tools, so a prompt built from them can tell it is stale
         for t in tools or []: self.add(t)
 
     def add(self, fn_or_tool, replace:bool=False) -> Tool:
@@ -425,7 +483,7 @@ class ToolRegistry:
             f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
         tools = self.tools | {t.name: t}
         self._by_alias = _alias_table(tools)  # checks that no alias names two tools
-        self.tools, self._schemas = tools, None
+        self.tools, self._schemas, self.version = tools, None, self.version + 1
         return t
 
     def __repr__(self): return f"ToolRegistry({self.names})"
@@ -469,7 +527,7 @@ def suggest(self:ToolRegistry, name:str) -> str|None:
 
 @patch
 def _unknown_text(self:ToolRegistry, name:str, near:str|None=None) -> str:
-    near = near or self.suggest(name)
+    near = (near or self.suggest(name)) if self.suggestions else None
     hint = f" Did you mean {near!r}? If so, call it again by that exact name." if near else ''
     return f"Unknown tool {short_repr(name)}.{hint} Available tools: {', '.join(self.names) or 'none'}."
 
@@ -479,6 +537,16 @@ def schemas(self:ToolRegistry) -> list[dict]:
     if self._schemas is None: self._schemas = [t.schema() for t in self]
     return self._schemas
 
+# %% ../nbs/03_tools.ipynb #33b060bc
+@patch
+def remove(self:ToolRegistry, name:str) -> Tool:
+    "Take the tool called `name` (its registered name) out of the registry, and return it."
+    if name not in self.tools: raise KeyError(self._unknown_text(name))
+    t, tools = self.tools[name], {k: v for k, v in self.tools.items() if k != name}
+    self._by_alias = _alias_table(tools)
+    self.tools, self._schemas, self.version = tools, None, self.version + 1
+    return t
+
 # %% ../nbs/03_tools.ipynb #43cfd7f8
 def _param_line(p:_Param) -> str:
     need = 'required' if p.required else 'optional' + (f', default {p.default!r}' if p.default is not None else '')
@@ -486,7 +554,8 @@ def _param_line(p:_Param) -> str:
 
 def _prompt_block(t:Tool) -> str:
     also = [f"Also answers to: {', '.join(t.aliases)}."] if t.aliases else []
-    lines = [f"## {t.name}", t.description, *also, 'Parameters:' if t.params else 'Parameters: none']
+    src = [f"From {t.source}."] if t.source else []
+    lines = [f"## {t.name}", t.description, *src, *also, 'Parameters:' if t.params else 'Parameters: none']
     return '\n'.join(lines + [_param_line(p) for p in t.params] + [f"Example: {t.example}"])
 
 def _cell(s) -> str: return str(s).replace('|', '\\|').replace('\n', ' ')
@@ -502,14 +571,16 @@ def _repr_markdown_(self:ToolRegistry) -> str:
     for t in self:
         opt = lambda p: '' if p.required else ' (optional)' if p.default is None else f" = `{p.default!r}`"
         ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema))}{opt(p)}" for p in t.params)
-        also = f" (also {', '.join(t.aliases)})" if t.aliases else ''
+        also = (f" (also {', '.join(t.aliases)})" if t.aliases else '') + (f" from {t.source}" if t.source else '')
         rows.append(f"| `{t.name}`{also} | {_cell(t.description)} | {ps or '—'} | `{_cell(t.example)}` |")
     return '\n'.join(rows)
 
 # %% ../nbs/03_tools.ipynb #50727e33
-def _args_dict(args) -> dict:
+def _args_dict(args, loose:bool=True) -> dict: # loose=False: only an object will do
     "The model's arguments as a dict: JSON text is parsed, a list or a bare value is positional."
     if args is None: return {}
+    if not loose and not isinstance(args, dict):
+        raise ValueError(f"the arguments must be a JSON object, not {type(args).__name__} {short_repr(args)}")
     if isinstance(args, str):
         try: args = json.loads(args) if args.strip() else {}
         except ValueError:
@@ -534,29 +605,39 @@ def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
     "The tool, its checked arguments and the renamings made, or the error observation the model should see instead."
     t = self._resolve(name)
     if t is None:
-        near, shown = self.suggest(str(name)), str(name)[:_QUOTE_MAX]
+        near, shown = self.suggest(str(name)) if self.suggestions else None, str(name)[:_QUOTE_MAX]
         text = self._unknown_text(name, near)
         return _fail(shown, 'unknown_tool', text, call_id, args, self.max_chars, suggestion=near)
     cap, bad = self._limits(t)[1], f"Bad arguments for {t.name}: "
-    try: args = _args_dict(args)
+    try: args = _args_dict(args, self.coercion)
     except ValueError as e: return _fail(t.name, 'bad_args', f"{bad}{e}. Example: {t.example}", call_id, args, cap)
-    kw, notes, problems = t.prepare_args(args)
+    kw, notes, problems = t.prepare_args(args, self.coercion, self.suggestions)
     if problems:
         return _fail(t.name, 'bad_args', f"{bad}{'; '.join(problems)}. Correct form, e.g.: {t.example}", call_id, args, cap)
     return t, kw, ([f"tool {t.name!r} for {short_repr(name)}"] if name != t.name else []) + notes
 
+# %% ../nbs/03_tools.ipynb #e19e7107
+class ToolError(Exception):
+    "Raised by a tool to fail with a message of its own: the error observation is exactly that message."
+
 # %% ../nbs/03_tools.ipynb #3de6fa0d
+def _label(t:Tool) -> str: return f"Tool {t.name!r}" + (f" (from {t.source})" if t.source else '')
+
 def _error_text(t:Tool, kind:str, val) -> str:
-    if kind == 'timeout': return (f"Tool {t.name!r} did not finish within {val:g}s and was abandoned "
+    if kind == 'timeout': return (f"{_label(t)} did not finish within {val:g}s and was abandoned "
                                   "(it may still be running). Try a smaller request or another tool.")
-    if kind == 'busy': return (f"Tool {t.name!r} could not start within {val:g}s: all {_workers.max_threads} worker "
+    if kind == 'busy': return (f"{_label(t)} could not start within {val:g}s: all {_workers.max_threads} worker "
                                "threads are held by earlier calls that timed out and are still running. "
                                "Try again later or another tool.")
-    return f"Tool {t.name!r} raised {type(val).__name__}" + (f": {val}" if str(val) else '') + '.'
+    if isinstance(val, ToolError) and str(val): return str(val)
+    return f"{_label(t)} raised {type(val).__name__}" + (f": {val}" if str(val) else '') + '.'
 
 @patch
 def _limits(self:ToolRegistry, t:Tool) -> tuple:
     return (self.timeout if t.timeout is None else t.timeout), (self.max_chars if t.max_chars is None else t.max_chars)
+
+# %% ../nbs/03_tools.ipynb #a9f30774
+_HAS_SOURCE = 'source' in Observation.model_fields  # where core's Observation records the tool's source
 
 @patch
 def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call_id, t0:float) -> Observation:
@@ -567,6 +648,7 @@ def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call
         obs = Observation(tool=t.name, content=content, truncated=cut, call_id=call_id, args=kw)
     else: obs = _fail(t.name, 'timeout' if kind == 'busy' else kind, _error_text(t, kind, val), call_id, kw, cap)
     if notes: obs.content += f"\n(note: used {', '.join(notes)})"
+    if _HAS_SOURCE and t.source: obs.source = t.source
     obs.duration = perf_counter() - t0
     return obs
 
@@ -604,6 +686,8 @@ async def acall(self:ToolRegistry, name:str|ToolCall, args:dict|str|list|None=No
     return self._observe(t, kw, notes, await _run_async(t, kw, self._limits(t)[0]), call_id, t0)
 
 # %% ../nbs/03_tools.ipynb #0842fe67
+_SCALARS = (str, int, float, bool, type(None))
+
 @patch
 def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCall`
                    args:dict|str|list|None=None # the model's arguments, as `call` takes them
@@ -612,10 +696,11 @@ def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a who
     name, args, _ = _unpack(name, args, None)
     t = self._resolve(name)
     if t is None: return None
-    try: kw, _, problems = t.prepare_args(_args_dict(args))
+    try: kw, _, problems = t.prepare_args(_args_dict(args, self.coercion), self.coercion, self.suggestions)
     except ValueError: return None
     if problems: return None
     full = {p.name: kw.get(p.name, p.default) for p in t.params} | kw
+    if all(type(v) in _SCALARS for v in full.values()): return t.name, full  # already JSON values: no round trip
     return t.name, json.loads(pydantic_core.to_json(full, fallback=str))
 
 # %% ../nbs/03_tools.ipynb #4bd6ef28
@@ -633,3 +718,13 @@ def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict]) -> list[Observat
     "Run several calls concurrently from sync code (also inside a running event loop); one call skips the loop."
     calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
     return [self.call(calls[0])] if len(calls) == 1 else run_sync(self.acall_many(calls))
+
+# %% ../nbs/03_tools.ipynb #c725ac92
+@patch(cls_method=True)
+def from_schema(cls:Tool, name:str, # the name the model calls it by
+                description:str, # what it does and when to use it; the model reads it
+                parameters:dict|None, # JSON Schema of an object: properties, required, types, enums, defaults
+                call:Callable, # run as `call(**arguments)` with the checked arguments; `async def` is fine
+                **kw) -> Tool: # more `Tool` options: timeout, max_chars, examples, synonyms, aliases, source
+    "A tool whose parameters come from a JSON Schema (an MCP server's, an OpenAPI operation's), not a signature."
+    return cls(call, name=name, description=description, parameters=parameters or {'type': 'object'}, **kw)
