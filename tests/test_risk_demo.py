@@ -1,5 +1,6 @@
 """The risk demo end to end on the default dataset: the SimAnalyst (a simulated analyst, not a model) drives the
-ReAct agent over the nine risk tools.
+ReAct agent over the nine risk tools, and plays every role of the other architectures (Plan-and-Execute, ReWOO,
+the DAG agent, the router, the stage pipeline) on the same question.
 
 The answers are checked against the dataset's ground truth (which no tool can read), every number an answer
 quotes must appear in an observation of the same run, the analyst must recover from injected model faults,
@@ -15,7 +16,7 @@ from reach_nb.core import Run
 from reach_nb.llm import FaultyLLM, OpenAIChat, get_model
 from reach_nb.modelserver import ModelServer
 from reach_nb.risk_data import LAST_WEEK, ensure_dataset, ground_truth
-from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst, run_risk_demo
+from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst, risk_agent, run_risk_demo
 
 NUMBER = re.compile(r'\d[\d,]*(?:\.\d+)?%?')
 
@@ -159,3 +160,117 @@ def test_reach_ask_sim_analyst_answers_within_the_default_step_limit(db, truth):
     assert f"{len(muids)} devices paid through {spike['channel_id']} for many accounts each" in r.stdout  # said by the answer only
     assert f"suspend {spike['channel_id']} for {spike['key_entities']['items'][0]}" in r.stdout
     assert all(m in r.stdout for m in muids) and len(muids) == 3
+
+
+# -- every architecture, the simulated analyst playing each of its roles -------------------------------------------
+ARCHITECTURES = ['plan-execute', 'rewoo', 'dag', 'router', 'pipeline']
+ZH_SPIKE = '上周充值量为什么上涨？'
+
+
+@pytest.fixture(scope='module')
+def arch_runs(db):
+    return {a: run_risk_demo(db=db, agent=a) for a in ARCHITECTURES}
+
+
+def names_the_spike(answer:str, truth:dict) -> bool:
+    spike = truth['channel_spike']
+    return all(v in answer for v in (spike['channel_id'], *spike['key_entities']['items'],
+                                     *spike['key_entities']['muids']))
+
+
+@pytest.mark.parametrize('agent', ARCHITECTURES)
+def test_each_architecture_names_the_planted_cause(arch_runs, truth, agent):
+    run = arch_runs[agent]
+    assert run.stop_reason == 'answer' and run.meta['simulated'] is True, (run.stop_reason, run.answer)
+    assert names_the_spike(run.answer, truth), run.answer
+    assert truth['proxy_recharge']['channel_id'] not in run.answer  # the other ring did not make last week jump
+    assert invented(run) == [] and len(NUMBER.findall(run.answer)) >= 15
+    assert run.usage.tool_calls == 10  # the same ten calls as ReAct's, none repeated
+
+
+@pytest.mark.parametrize('agent', ARCHITECTURES)
+def test_each_architecture_answers_the_chinese_question(db, truth, agent):
+    run = run_risk_demo(ZH_SPIKE, db=db, agent=agent)
+    assert run.stop_reason == 'answer' and names_the_spike(run.answer, truth), run.answer
+    assert re.search(r'[\u4e00-\u9fff]', run.answer) and '代充' in run.answer and invented(run) == []
+
+
+def test_rewoo_plans_once_without_observations_and_passes_ids_on(arch_runs):
+    run = arch_runs['rewoo']
+    assert run.usage.llm_calls == 2 and len(run.plans) == 1
+    tasks = {t.call.tool: t for t in run.plans[0].tasks}
+    assert tasks['create_task'].call.args['procedure_id'] == '#E2' and tasks['create_task'].deps == ['E2']
+    assert tasks['run_task'].deps == [tasks['create_task'].id]
+    assert 'Created procedure' not in str(run.steps[0].prompt)  # the planner saw no result
+    assert [o.ok for o in run.steps[1].observations] == [True] * 10
+
+
+def test_dag_runs_independent_calls_together_and_the_chain_in_order(arch_runs):
+    run = arch_runs['dag']
+    assert run.usage.llm_calls == 2 and [p.version for p in run.plans] == [1]
+    group = {e.task: e.group for e in run.extra if e.type == 'task_start'}
+    tool = {t.id: t.call.tool for t in run.plans[0].tasks}
+    first = [t for t, g in group.items() if g == 1]
+    assert len(first) >= 2 and {tool[t] for t in first} <= {'list_datasets', 'create_procedure', 'search_knowledge',
+                                                            'describe_dataset', 'list_operators'}
+    by_tool = {tool[t]: g for t, g in group.items()}
+    assert by_tool['create_procedure'] < by_tool['create_task'] < by_tool['run_task'] < by_tool['get_result']
+
+
+def test_dag_not_told_the_dates_plans_twice(db, truth):
+    "Without the data's dates the DAG planner cannot write the task; the join asks for a second plan, which can."
+    with risk_agent(db=db, agent='dag') as agent:
+        agent.background = ''
+        run = agent.run(SPIKE_QUESTION)
+    assert run.stop_reason == 'answer' and names_the_spike(run.answer, truth)
+    assert [p.version for p in run.plans] == [1, 2] and run.usage.llm_calls == 4
+    assert 'create_task' not in {t.call.tool for t in run.plans[0].tasks}
+
+
+def test_plan_execute_hands_the_task_to_a_helper(arch_runs):
+    run = arch_runs['plan-execute']
+    goal = next(t for t in run.plans[0].tasks if t.call is None)
+    helper = [s for s in run.steps if s.task == goal.id and s.usage.llm_calls]
+    assert [a.tool for s in helper for a in s.actions] == ['create_task']
+    assert 'Created procedure proc_0001' in helper[0].prompt[0]['content']  # the results so far, in its background
+    assert run.usage.llm_calls == 13  # planner, a replanner call after each of the ten steps, the helper's two
+
+
+def test_router_sends_the_investigation_to_plan_execute(arch_runs):
+    run = arch_runs['router']
+    assert run.extra[0].type == 'route' and run.extra[0].agent == 'plan-execute' and run.extra[0].by == 'rules'
+    assert run.answer == arch_runs['plan-execute'].answer
+
+
+def test_router_asking_the_model_routes_too(db, truth):
+    from reach_nb.router import RouterAgent
+    with risk_agent(db=db, agent='router') as agent:
+        run = RouterAgent(agent.agents, llm=agent.llm, ask_model='always').run(SPIKE_QUESTION)
+    assert run.extra[0].by == 'model' and run.extra[0].agent == 'plan-execute' and names_the_spike(run.answer, truth)
+
+
+def test_pipeline_stages_share_the_work(arch_runs):
+    from reach_nb.pipeline import channels
+    run = arch_runs['pipeline']
+    assert [s.task for s in run.steps if s.usage.llm_calls] == ['think', 'act', 'observe'] * 4
+    ch = channels(run)
+    assert ch['user'][-1] == run.answer and ch['error'] == []
+    assert [len(s.actions) for s in run.steps if s.task == 'act' and s.actions] == [5, 1, 1, 3]
+
+
+@pytest.mark.parametrize('agent', ['react'] + ARCHITECTURES + ['chat'])
+def test_a_question_it_cannot_simulate_is_not_answered(db, agent):
+    run = run_risk_demo('What is the weather in Paris tomorrow?', db=db, agent=agent)
+    said = run.answer + ' '.join(s.raw or '' for s in run.steps)
+    assert 'cannot simulate' in said and 'A language model is needed' in said, (run.stop_reason, said[:500])
+    assert run.usage.tool_calls == 0  # it did not answer another question instead
+
+
+def test_rewoo_over_http_reads_the_text_plan(db, truth):
+    "The ReWOO planner's text plan (not JSON) travels over the local server and the real `openai` client."
+    with ModelServer(SimAnalyst()) as srv:
+        llm = OpenAIChat('sim-analyst', base_url=srv.base_url, timeout=30, max_retries=0)
+        run = run_risk_demo(llm=llm, db=db, agent='rewoo')
+        sent = srv.app.state.requests
+    assert run.stop_reason == 'answer' and names_the_spike(run.answer, truth) and len(sent) == 2
+    assert run.steps[0].raw.splitlines()[1].startswith('Plan: ')
