@@ -63,15 +63,24 @@ def write_notebook(path:Path, *sources:str) -> Path:
     return path
 
 
-def _lab_env(home:Path, **extra) -> dict:
+def write_lab_settings(settings_dir:Path, # JupyterLab's user settings folder (JUPYTERLAB_SETTINGS_DIR)
+                       settings:dict[str, dict]): # by plugin id, e.g. {'@jupyterlab/apputils-extension:themes': {...}}
+    "Write JupyterLab user settings, one `<package>/<plugin>.jupyterlab-settings` file per plugin."
+    for plugin, values in settings.items():
+        package, name = plugin.split(':')
+        f = Path(settings_dir)/package/f'{name}.jupyterlab-settings'
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(values))
+
+
+def _lab_env(home:Path, settings:dict[str, dict]|None=None, **extra) -> dict:
     "The environment for JupyterLab: the user's Jupyter/IPython config hidden, the environment's lab extensions kept."
     dirs = {'JUPYTER_CONFIG_DIR': home/'config', 'JUPYTER_DATA_DIR': home/'data', 'JUPYTER_RUNTIME_DIR': home/'runtime',
             'IPYTHONDIR': home/'ipython', 'JUPYTERLAB_SETTINGS_DIR': home/'settings', 'JUPYTERLAB_WORKSPACES_DIR': home/'workspaces'}
     for d in dirs.values(): d.mkdir(parents=True, exist_ok=True)
     # no "fetch news?" toast over the page
-    notif = home/'settings'/'@jupyterlab'/'apputils-extension'/'notification.jupyterlab-settings'
-    notif.parent.mkdir(parents=True, exist_ok=True)
-    notif.write_text(json.dumps({'fetchNews': 'false', 'checkForUpdates': False}))
+    write_lab_settings(home/'settings', {'@jupyterlab/apputils-extension:notification':
+                                         {'fetchNews': 'false', 'checkForUpdates': False}} | (settings or {}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(('JUPYTER', 'IPYTHON'))}
     return env | {k: str(v) for k, v in dirs.items()} | {'PYTHONUNBUFFERED': '1'} | extra
 
@@ -101,6 +110,7 @@ def _stop(proc:subprocess.Popen):
 def jupyterlab(root:Path, # the folder JupyterLab serves
                home:Path, # a scratch folder for its config, runtime files and log
                timeout:float=60, # seconds to wait for the server to answer
+               settings:dict[str, dict]|None=None, # JupyterLab user settings by plugin id (see `write_lab_settings`)
                **env):
     "A headless JupyterLab on a free localhost port; yields its base URL (the token is `TOKEN`)."
     ensure_python_package('jupyterlab', 'jupyterlab>=4')
@@ -110,7 +120,7 @@ def jupyterlab(root:Path, # the folder JupyterLab serves
            '--LabApp.news_url=None', '--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate',
            '--LabApp.extension_manager=readonly', '--LabApp.expose_app_in_browser=True', '--ServerApp.port_retries=0']
     with open(log, 'w') as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=_lab_env(home, **env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=root, env=_lab_env(home, settings, **env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f'http://127.0.0.1:{port}'
     try:
         _wait_ready(proc, f'{base}/api/status?token={TOKEN}', log, timeout)
