@@ -21,11 +21,6 @@ def fault_spec(*args:str, **more) -> dict:
     return {'command': sys.executable, 'args': [str(FAULTS), *args], **more}
 
 
-def risk_spec() -> dict:
-    "An `mcpServers` entry that starts reach_nb's own server (the risk tools) over stdio."
-    return {'command': sys.executable, 'args': ['-c', SERVE_RISK]}
-
-
 def ensure_npm(package:tuple[str, str]) -> Path:
     "The path of an npm package's program, installing the package into `NPM_DIR` first if it is missing."
     spec, program = package
