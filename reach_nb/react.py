@@ -17,9 +17,10 @@ from .config import load_settings
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
-__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'ASK_USER', 'Dialect', 'get_dialect',
-           'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message', 'known_summary',
-           'ReActAgent', 'ask_user', 'pending_question', 'tool_step_messages']
+__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'SAFEGUARDS', 'ASK_USER', 'Dialect',
+           'get_dialect', 'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message',
+           'known_summary', 'check_safeguards', 'ReActAgent', 'strict_only', 'ask_user', 'pending_question',
+           'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -258,6 +259,34 @@ def _internal(e:BaseException, where:str) -> Safeguard:
 
 def _fired(step:Step, kind:str) -> bool: return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
 
+# %% ../nbs/06_react.ipynb #5a1e0c02
+SAFEGUARDS = {  # what `ReActAgent(safeguards=...)` can switch off, and what each does when on
+    'tolerant_parsing': 'repair a reply that is almost JSON and use tool calls written in its text '
+                        '(off: json.loads alone, anything else is a failed reply)',
+    'correction': 'send a failed reply back with what was wrong and the expected format (off: it ends the run)',
+    'suggestions': 'say which tool or parameter an unknown name probably meant (a registry option)',
+    'coercion': 'take parameter synonyms, case variants and values of a near type (a registry option)',
+    'repeat_guard': "restate a repeated call's result instead of running it again (off: every call runs)"}
+
+def check_safeguards(switches:dict|None=None) -> dict[str, bool]: # e.g. {'correction': False}
+    "Every safeguard of `SAFEGUARDS` with whether it is on: all of them, except those `switches` turns off."
+    switches = dict(switches or {})
+    if bad := [k for k in switches if k not in SAFEGUARDS]:
+        raise ValueError(f"Unknown safeguard(s) {bad}: use {', '.join(map(repr, SAFEGUARDS))}.")
+    if bad := [k for k, v in switches.items() if not isinstance(v, bool)]:
+        raise ValueError(f"A safeguard is switched with True or False, got {switches[bad[0]]!r} for {bad[0]!r}.")
+    return {k: switches.get(k, True) for k in SAFEGUARDS}
+
+def _off(switches:dict) -> list[str]: return [k for k, on in switches.items() if not on]
+
+def _switched(tools:ToolRegistry, switches:dict) -> ToolRegistry:
+    "`tools`, or a copy of it with the registry's safeguards that `switches` turns off switched off."
+    off = [k for k in ('suggestions', 'coercion') if not switches[k] and getattr(tools, k, True)]
+    if not off: return tools
+    reg = copy.copy(tools)
+    for k in off: setattr(reg, k, False)
+    return reg
+
 # %% ../nbs/06_react.ipynb #00f163f9
 class ReActAgent:
     "A ReAct agent over `llm` and `tools`; `.run(question)` → `Run`, `.stream(question)` → events."
@@ -275,14 +304,17 @@ class ReActAgent:
                  repeat_window:int=4, # steps with calls that the repeat guard looks back over (0: no guard)
                  context:ContextPolicy|str|dict|None=None, # how prompts are built: 'full', 'window:K', 'layered'
                  summariser=None, # makes `Step.summary` when a policy uses summaries; default `extractive_summary`
-                 ask_user:bool=False): # offer the model an `ask_user` tool: the run pauses for the user's reply
+                 ask_user:bool=False, # offer the model an `ask_user` tool: the run pauses for the user's reply
+                 safeguards:dict|None=None): # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
         if mode not in ('json', 'native'): raise ValueError(f"mode must be 'json' or 'native', got {mode!r}.")
         self.llm, self.max_steps, self.max_corrections, self.mode = llm, max_steps, max_corrections, mode
-        self.tools = tools if isinstance(tools, ToolRegistry) else _registry(tools)
+        self.safeguards = check_safeguards(safeguards)
+        self.tools = _switched(tools if isinstance(tools, ToolRegistry) else _registry(tools), self.safeguards)
         self.dialect = _agent_dialect(dialect, mode)
         self.system = check_template(system or self.dialect.system)
         self.stream_tokens, self.name, self.background = stream_tokens, name, background
-        self.max_actions, self.repeat_window = max(int(max_actions), 1), max(int(repeat_window), 0)
+        self.max_actions = max(int(max_actions), 1)
+        self.repeat_window = max(int(repeat_window), 0) if self.safeguards['repeat_guard'] else 0
         self.context, self.summariser = get_policy(context), summariser or extractive_summary
         self.ask_user = bool(ask_user)
         if ask_user: self.tools = _with_ask_user(self.tools)
@@ -425,8 +457,8 @@ def _split(self:_Loop, step:Step, resp:LLMResponse) -> str:
 # %% ../nbs/06_react.ipynb #1a5a9b78
 @patch
 def _in_content(self:_Loop, step:Step, text:str) -> Decision|None:
-    "Tool calls written in the reply's text in a known form, used as a repair; None if there are none."
-    got = extract_tool_calls(text) if text else None
+    "Tool calls written in the reply's text in a known form, used as a repair; None if there are none (or no repairs)."
+    got = extract_tool_calls(text) if text and self.a.safeguards['tolerant_parsing'] else None
     if not got or not got[0]: return None
     calls, repairs = got
     step.parse_level, step.repairs = 'repaired', list(repairs)
@@ -438,11 +470,24 @@ def _in_content(self:_Loop, step:Step, text:str) -> Decision|None:
 def _repaired(self:_Loop, step:Step, what:str):
     step.safeguards.append(Safeguard(kind='repair', detail=f"Used {what}."))
 
+# %% ../nbs/06_react.ipynb #5a1e0c05
+def strict_only(res): # a `ParseResult` from `parse_json`
+    "`res` as a parser without repairs would see it: a reply that needed repairs has failed."
+    if res.level != 'repaired': return res
+    why = f"The reply is not exactly one JSON object (reading it needed: {', '.join(res.repairs)})."
+    return res.model_copy(update=dict(level='failed', value=None, problem='invalid', error=why))
+
+@patch
+def _parse(self:_Loop, text:str):
+    "The reply parsed as the agent's safeguards allow: tolerantly, or strictly."
+    res = parse_json(text)
+    return res if self.a.safeguards['tolerant_parsing'] else strict_only(res)
+
 # %% ../nbs/06_react.ipynb #fbcd8752
 @patch
 def _read_json(self:_Loop, step:Step, text:str) -> tuple:
     "(decision or None, parse result) for a JSON-mode reply; tool calls in another written form are used too."
-    res = parse_json(text)
+    res = self._parse(text)
     step.parse_level, step.repairs = res.level, list(res.repairs)
     dec = None
     if res.ok:
@@ -455,9 +500,10 @@ def _read_json(self:_Loop, step:Step, text:str) -> tuple:
 
 @patch
 def _correct(self:_Loop, step:Step, res):
-    "A correction round: what was wrong, and the format expected, go back to the model."
+    "A correction round: what was wrong, and the format expected, go back to the model (with the round switched on)."
     self.fails += 1
     step.parse_level = 'failed'
+    if not self.a.safeguards['correction']: return  # no round: `_outcome` ends the run
     step.safeguards.append(Safeguard(kind='correction', detail=res.error or 'The reply could not be read.'))
     self._say(step, step.raw, correction_message(res, self.d.reminder))
 
@@ -481,7 +527,8 @@ def _read_native(self:_Loop, step:Step, resp:LLMResponse, text:str) -> Decision:
     step.parse_level = 'native'
     if resp.tool_calls: return Decision(text or None, list(resp.tool_calls))
     if (dec := self._in_content(step, text)) is not None: return dec
-    if (got := _protocol_object(text)) is None: return Decision(answer=text)
+    got = _protocol_object(text) if self.a.safeguards['tolerant_parsing'] else None
+    if got is None: return Decision(answer=text)
     dec, res = got
     step.repairs = [*res.repairs, 'protocol_json']
     if dec.calls: step.parse_level = 'repaired'; self._repaired(step, 'a JSON action in the reply text as a tool call')
@@ -691,8 +738,13 @@ def _outcome(self:_Loop, step:Step) -> tuple:
     kinds = {g.kind for g in step.safeguards}
     stop = ('llm_error' if 'llm_error' in kinds else 'repeated' if 'repeat_stop' in kinds
             else 'error' if self.errors > self.a.max_corrections
-            else 'parse_failures' if self.fails > self.a.max_corrections else None)
+            else 'parse_failures' if self.fails > self._rounds else None)
     return (known_summary(self.steps), stop) if stop else (None, None)
+
+@patch(as_prop=True)
+def _rounds(self:_Loop) -> int:
+    "Correction rounds in a row the run allows: none when the correction round is switched off."
+    return self.a.max_corrections if self.a.safeguards['correction'] else 0
 
 @patch
 def _add(self:_Loop, step:Step):
@@ -705,9 +757,9 @@ def _answer_in(self:_Loop, step:Step, resp:LLMResponse, text:str) -> Decision|No
     if self.a.mode == 'native':
         step.parse_level = 'native'
         if resp.tool_calls or extract_tool_calls(text): return None
-        got = _protocol_object(text)
+        got = _protocol_object(text) if self.a.safeguards['tolerant_parsing'] else None
         return got[0] if got else Decision(answer=text)
-    res = parse_json(text)
+    res = self._parse(text)
     step.parse_level, step.repairs = res.level, list(res.repairs)
     try: return decide(res.value) if res.ok else None
     except ValueError: return None
@@ -764,6 +816,7 @@ def _crashed(self:_Loop, e:Exception):
 
 # %% ../nbs/06_react.ipynb #f1d772de
 def _meta(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
+def _switches(agent) -> dict: return {'safeguards_off': off} if (off := _off(agent.safeguards)) else {}
 
 @patch
 def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
@@ -772,7 +825,7 @@ def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
     if start:
         yield RunStart(question=self.q, agent=self.a.name, model=getattr(llm, 'name', type(llm).__name__),
                        meta=dict(_meta(llm), mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(),
-                                 head=self.head, **(meta or {})))
+                                 head=self.head, **_switches(self.a), **(meta or {})))
         for s in self.steps: yield StepEnd(step=s)
     try: answer, reason = yield from self._steps()
     except Exception as e: answer, reason = (yield from self._crashed(e)), 'error'

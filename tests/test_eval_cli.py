@@ -1,0 +1,92 @@
+"""`reach eval` as a user runs it, in a subprocess: against `reach serve-model --model sim-analyst` over real HTTP
+(`--model openai:sim-analyst`), the ablation grid, a second run that reuses the results, and a bad task file."""
+import os, re, shutil, socket, subprocess, time
+from contextlib import contextmanager
+
+import httpx, pytest
+
+from reach_nb.eval import Results
+from reach_nb.risk_data import build_dataset
+
+REACH = shutil.which('reach') or pytest.fail('the `reach` console script is not installed: pip install -e .')
+
+
+@pytest.fixture(scope='module')
+def small_db(tmp_path_factory):
+    "A 100,000-row copy of the sample data (every pattern planted): the runs take a third of the time."
+    return build_dataset(tmp_path_factory.mktemp('data')/'risk.duckdb', rows=100_000)
+
+
+def _env(db=None):
+    env = {k: v for k, v in os.environ.items() if not (k.startswith('REACH_') or k == 'OPENAI_API_KEY')}
+    return env | ({'REACH_DATA_DB': str(db)} if db else {})
+
+
+def _reach(*args, cwd, db=None, timeout=600):
+    return subprocess.run([REACH, *args], cwd=cwd, env=_env(db), capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+@contextmanager
+def _served(model:str):
+    "`reach serve-model --model MODEL` in its own process; yields its base URL."
+    port = _free_port()
+    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f'http://127.0.0.1:{port}/v1'
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
+            except httpx.HTTPError: time.sleep(0.1)
+        else: pytest.fail(f'serve-model did not start: {proc.poll()}')
+        yield base
+    finally:
+        proc.terminate(); proc.wait(10)
+
+
+def test_reach_eval_over_http_prints_the_level_table(tmp_path, small_db):
+    with _served('sim-analyst') as base:
+        r = _reach('eval', '--model', 'openai:sim-analyst', '--base-url', base, '--level', '3', '--out', 'ev',
+                   '--concurrency', '3', cwd=tmp_path, db=small_db)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith('18 tasks · 1 configuration · 1 seed · results in ')
+    assert re.match(r'react · openai:sim-analyst +3 +18 +\d+% \(\d+%-\d+%\) +\d+ ', lines[4]), r.stdout
+    with Results(tmp_path/'ev'/'results.duckdb') as res: rows = res.rows()
+    assert len(rows) == 18 and all(r['simulated'] and r['model'] == 'openai:sim-analyst' for r in rows)
+    demo = {r['task_id']: r['status'] for r in rows if 'demo' in r['tags'].split(',')}
+    assert demo and set(demo.values()) == {'passed'}
+    assert not any(r['passed'] for r in rows if r['status'] == 'not_simulated')
+
+
+def test_reach_eval_ablation_and_a_second_run(tmp_path, small_db):
+    args = ('eval', '--tag', 'demo', '--out', 'ev', '--ablation', '--rates', '0,0.5', '--ablation-seeds', '1',
+            '--ablation-tag', 'demo', '--concurrency', '2')
+    r = _reach(*args, cwd=tmp_path, db=small_db)
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.split('Ablation: ')[1].splitlines()
+    assert table[0] == '5 tasks tagged demo x 1 seed, react · sim-analyst'
+    assert table[2].startswith('completion, 5 runs per cell') and 'faults 0.5' in table[2]
+    variants = [l.split('  ')[0] for l in table[4:]]
+    assert variants == ['all on', 'no tolerant parsing', 'no correction round', 'no name suggestions',
+                        'no synonyms or coercion', 'no repeat guard', 'layered context']
+    assert table[4].split()[2:4] == ['100%', '(57%-100%)']
+    with Results(tmp_path/'ev'/'results.duckdb') as res: n = len(res.rows())
+    assert n == 5 + 7 * 2 * 5
+    again = _reach(*args, cwd=tmp_path, db=small_db)  # everything is stored: nothing runs again
+    assert again.returncode == 0 and again.stdout.split('Ablation: ')[1] == r.stdout.split('Ablation: ')[1]
+    with Results(tmp_path/'ev'/'results.duckdb') as res: assert len(res.rows()) == n
+
+
+def test_reach_eval_refuses_a_bad_task_file_in_one_line(tmp_path):
+    (tmp_path/'bad.yaml').write_text('tasks:\n  - id: x\n    level: 5\n    lang: en\n    question: Why?\n    steps: 1\n'
+                                     '    truth: {sql: SELECT 1}\n    grader: {kind: exact}\n')
+    r = _reach('eval', '--tasks', 'bad.yaml', '--out', 'ev', cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (2, '')
+    assert r.stderr == ("Error: task 'x': level: 5 is not one of [1, 2, 3] in bad.yaml: fix it as "
+                        "data/eval/task.schema.json describes (data/eval/README.md has examples)\n")
+    assert not (tmp_path/'ev'/'results.duckdb').exists()
