@@ -431,11 +431,6 @@ def _stream_to(events, path:Path) -> Run:
         for e in events: w.write(e); seen.append(e)
     return Run.from_events(seen)
 
-_OPENING = threading.Lock()  # two threads must not open (configure and lock) connections to one file at once
-
-def _workspace(db, store:Path) -> RiskWorkspace:
-    with _OPENING: return RiskWorkspace(db, store=store)
-
 def _close(llm):
     "Close a model's connections (an HTTP client's), and those of the model it wraps."
     for m in (llm, getattr(llm, 'inner', None)):
@@ -445,7 +440,7 @@ def _close(llm):
 def run_one(task:Task, cfg:EvalConfig, seed:int, db, rows:list[tuple], trace:Path, judge:ChatModel|None=None) -> dict:
     "Run `task` under `cfg` and grade it: its row (the trace is written to `trace`)."
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix='reach-eval-') as d, _workspace(db, Path(d)/'ws.sqlite') as ws:
+    with tempfile.TemporaryDirectory(prefix='reach-eval-') as d, RiskWorkspace(db, store=Path(d)/'ws.sqlite') as ws:
         llm = make_model(cfg, task.id, seed)
         cap = load_settings().max_observation_chars or None
         tools = risk_tools(ws, max_chars=cap, **{k: False for k in cfg.off if k in REGISTRY_SAFEGUARDS})

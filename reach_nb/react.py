@@ -309,15 +309,27 @@ class ReActAgent:
         if mode not in ('json', 'native'): raise ValueError(f"mode must be 'json' or 'native', got {mode!r}.")
         self.llm, self.max_steps, self.max_corrections, self.mode = llm, max_steps, max_corrections, mode
         self.safeguards = check_safeguards(safeguards)
-        self.tools = _switched(tools if isinstance(tools, ToolRegistry) else _registry(tools), self.safeguards)
+        self.ask_user, self.tools = bool(ask_user), tools  # (see the `tools` property below)
         self.dialect = _agent_dialect(dialect, mode)
         self.system = check_template(system or self.dialect.system)
         self.stream_tokens, self.name, self.background = stream_tokens, name, background
         self.max_actions = max(int(max_actions), 1)
         self.repeat_window = max(int(repeat_window), 0) if self.safeguards['repeat_guard'] else 0
         self.context, self.summariser = get_policy(context), summariser or extractive_summary
-        self.ask_user = bool(ask_user)
-        if ask_user: self.tools = _with_ask_user(self.tools)
+
+# %% ../nbs/06_react.ipynb #778c656b
+def _offered(self:ReActAgent) -> ToolRegistry:
+    "The tools offered to the model: the registry given, with the safeguards switched off and `ask_user` applied."
+    if self._from != self._given.version:  # the registry changed (e.g. an MCP server added a tool): derive again
+        reg = _switched(self._given, self.safeguards)
+        self._offer, self._from = _with_ask_user(reg) if self.ask_user else reg, self._given.version
+    return self._offer
+
+def _give(self:ReActAgent, tools): # a `ToolRegistry` or a list of tool functions
+    self._given, self._from = (tools if isinstance(tools, ToolRegistry) else _registry(tools)), None
+
+ReActAgent.tools = property(_offered, _give, doc="The agent's tools, kept up to date with the registry it was given.")
+
 
 # %% ../nbs/06_react.ipynb #eba8bd34
 def _registry(tools) -> ToolRegistry:
@@ -362,11 +374,16 @@ class _Loop:
         self.shown, self.crash, self.start = 0, None, time.perf_counter()
         self.sent = []  # the messages of the model call in progress
         self.reply, self.cached = None, {}  # set by `carry_on`
-        try: self.head = list(head or [{'role': 'system', 'content': self._system()}, {'role': 'user', 'content': question}])
-        except Exception as e: self.head, self.crash = [{'role': 'user', 'content': question}], e
+        self.listed, self.restated = self._listing(), False  # the tools the system prompt lists; whether it changed
+        try: self.sys0 = self._system()
+        except Exception as e: self.sys0, self.crash = None, None if head else e
+        mine = [] if self.sys0 is None else [{'role': 'system', 'content': self.sys0}]
+        self.head = list(head or mine + [{'role': 'user', 'content': question}])
 
     def _system(self) -> str:
         return system_prompt(self.a.tools, self.a.system, self.d, question=self.q, background=self.a.background)
+
+    def _listing(self) -> tuple: return id(t := self.a.tools), t.version
 
     @property
     def messages(self) -> list[dict]:
@@ -696,6 +713,20 @@ def _turn(self:_Loop, step:Step):
     yield ModelOutput(index=step.index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
     if dec is not None: yield from self._use(step, dec, resp)
 
+# %% ../nbs/06_react.ipynb #a79542a1
+@patch
+def _restate(self:_Loop, step:Step):
+    "If the tools changed since the system prompt listed them, write the prompt again with the tools as they are."
+    if (now := self._listing()) == self.listed: return
+    self.listed, first = now, (self.head or [{}])[0]
+    text, old = first.get('content'), self.sys0
+    if old is None or first.get('role') != 'system' or not isinstance(text, str) or not text.startswith(old): return
+    try: self.sys0 = self._system()
+    except Exception as e: return step.safeguards.append(_internal(e, 'while listing the changed tools'))
+    self.head = [{**first, 'content': self.sys0 + text[len(old):]}, *self.head[1:]]
+    self.restated = True
+
+
 # %% ../nbs/06_react.ipynb #b36fcafd
 @patch
 def _recover(self:_Loop, step:Step, e:Exception):
@@ -712,7 +743,9 @@ def _recover(self:_Loop, step:Step, e:Exception):
 def _step(self:_Loop, i:int):
     "One step: a model call and what follows from it; an exception inside becomes an `internal_error` safeguard."
     step, t0 = Step(index=i), time.perf_counter()
+    self._restate(step)
     self.sent = prompt_for(self.head, self.a.context, self.steps, step)
+    if self.restated: step.prompt = list(self.sent)
     yield StepStart(index=i)
     try: yield from self._turn(step)
     except Exception as e: yield from self._recover(step, e)
@@ -778,7 +811,9 @@ def _last_answer(self:_Loop, step:Step):
 def _final(self:_Loop, i:int):
     "At the step cap: one last request for an answer; without one, the answer sums up what the tools found."
     step, t0 = Step(index=i, messages=[{'role': 'user', 'content': self.d.step_limit}]), time.perf_counter()
+    self._restate(step)
     self.sent = prompt_for(self.head, self.a.context, self.steps, step)
+    if self.restated: step.prompt = list(self.sent)
     step.safeguards.append(Safeguard(
         kind='max_steps', detail=f'Reached max_steps={self.a.max_steps}; asked for an answer.'))
     yield StepStart(index=i)
@@ -859,7 +894,7 @@ def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
 def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
          step:int, # the step to change: earlier steps are kept as they were
          model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
-         observation:str|list[str]|None=None, # what the call(s) at `step` returned instead; the run goes on after it
+         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
          parent:str|None=None) -> Iterator: # the id of `run` where it is stored (recorded in the fork)
     "Carry on `run` from step `step`, optionally with that step's reply or observation replaced."
     pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
@@ -870,6 +905,9 @@ def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
     if observation is not None:
         s = run.steps[pos]
         if not s.actions: raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
-        texts = [observation] if isinstance(observation, str) else list(observation)
-        steps.append(_edited(s, {k: t for k, t in enumerate(texts[:len(s.observations)])}, self.mode))
+        texts = observation if isinstance(observation, dict) else dict(enumerate(
+            [observation] if isinstance(observation, str) else observation))
+        if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
+            f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
+        steps.append(_edited(s, texts, self.mode))
     return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=meta)

@@ -297,8 +297,13 @@ def lock_down(con):
     return con
 
 # %% ../nbs/21_risk_tools.ipynb #84df8598
+_OPENING = threading.Lock()  # one thread at a time opens and locks: another could find a file half configured
+
 def _open_locked(path:Path, config:dict):
     "A read-only connection to `path` with the DuckDB options `config`, locked down."
+    with _OPENING: return _open(path, config)
+
+def _open(path:Path, config:dict):
     con, key = duckdb.connect(str(path), read_only=True), str(path.resolve())
     if not _locked(con):
         _CONFIGS[key] = dict(config)

@@ -1,7 +1,7 @@
 """The MCP client against a real server process (tests/mcp_servers/fault_server.py): tools from schemas, error
 results, timeouts, non-text content, a server that crashes or is killed mid-call and comes back at the next call,
 a server that does not start, tools that appear while an agent runs, and config files with several servers."""
-import asyncio, json, os, signal, subprocess, sys, threading, time
+import asyncio, json, os, re, signal, subprocess, sys, threading, time
 
 import pytest
 
@@ -113,10 +113,27 @@ def test_a_tool_added_by_the_server_is_used_at_the_next_step(faults):
     obs = [o for s in run.steps for o in s.observations]
     assert [(o.tool, o.ok, o.content) for o in obs] == [('grow', True, 'added late'), ('late', True, 'NEW TOOL')]
     assert faults.registry['late'].source == "MCP server 'faults'"
-    assert '## late' not in llm.calls[0]['messages'][0]['content']
-    llm = ScriptedLLM([_answer('ok')])
-    ReActAgent(llm, faults.registry).run('Which tools?')  # the next run's prompt lists it
-    assert '## late' in llm.calls[0]['messages'][0]['content']
+    listed = ['## late' in c['messages'][0]['content'] for c in llm.calls]
+    assert listed == [False, True, True]  # the prompt lists the new tool from the next step on
+
+
+@pytest.mark.parametrize('kw', [{}, {'ask_user': True}, {'safeguards': {'coercion': False}}, {'mode': 'native'}])
+def test_the_prompt_lists_a_tool_the_server_adds_mid_run(faults, kw, tmp_path):
+    "Whatever copy of the registry an agent works on, a tool the server adds is offered at the next step."
+    if kw.get('mode') == 'native':
+        from reach_nb.core import ToolCall
+        from reach_nb.llm import LLMResponse
+        call = lambda name, **a: LLMResponse(content='', tool_calls=[ToolCall(id=name, tool=name, args=a)])
+        llm = ScriptedLLM([call('grow'), call('late', text='x'), LLMResponse(content='It works.')])
+    else: llm = ScriptedLLM([_act('grow'), _act('late', text='x'), _answer('It works.')])
+    run = ReActAgent(llm, faults.registry, **kw).run('Grow a tool, then use it.')
+    assert [o.content for s in run.steps for o in s.observations] == ['added late', 'X']
+    if kw.get('mode') == 'native': offered = [[t['function']['name'] for t in c['tools']] for c in llm.calls]
+    else: offered = [re.findall(r'^## (\S+)', c['messages'][0]['content'], re.M) for c in llm.calls]
+    assert ['late' in o for o in offered] == [False, True, True]
+    run.save(tmp_path/'run.jsonl')
+    back = type(run).load(tmp_path/'run.jsonl')
+    assert [back.prompt_at(k) for k in (1, 2, 3)] == [c['messages'] for c in llm.calls]
 
 
 def test_servers_added_and_removed_while_the_agent_lives():

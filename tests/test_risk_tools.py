@@ -173,3 +173,15 @@ def test_create_task_with_a_task_id_updates_it(tiny, tmp_path):
     assert (t['procedure_id'], t['frame']['start'], t['status'], ws.store.results('task_0001')) == ('proc_0002', '2026-06-20', 'created', [])
     assert len(ws.store.all('tasks')) == 1
     assert '[1] velocity: 1 user made' in reg.call('RunAnalysisTask', {'task_id': 'task_0001'}).content
+
+def test_threads_opening_one_file_at_once(tiny):
+    "Connections opened from many threads at once: each is configured and locked before the next looks at it."
+    errors = []
+    def open_close():
+        try: RiskDB(tiny).close()
+        except Exception as e: errors.append(repr(e))
+    for _ in range(10):
+        threads = [threading.Thread(target=open_close) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    assert errors == []
