@@ -10,11 +10,11 @@ from functools import lru_cache
 from typing import Callable
 from fastcore.basics import patch
 from .core import Step, Run, Observation, Usage
-from .llm import ChatModel, count_message_tokens, count_tokens, _message_text
+from .llm import ChatModel, count_message_tokens, count_tokens, message_text
 
 # %% auto #0
-__all__ = ['POLICIES', 'ContextPolicy', 'Full', 'Window', 'extractive_summary', 'ModelSummariser', 'step_summary', 'status_table',
-           'prompt_tokens', 'Layered', 'get_policy', 'step_lead', 'prompt_for']
+__all__ = ['POLICIES', 'ContextPolicy', 'Full', 'Window', 'clip', 'extractive_summary', 'ModelSummariser', 'step_summary',
+           'status_table', 'newest_fitting', 'prompt_tokens', 'Layered', 'get_policy', 'step_lead', 'prompt_for']
 
 # %% ../nbs/05_context.ipynb #89a11f1c
 def _step_messages(steps:list[Step]) -> list[dict]: return [m for s in steps for m in s.messages]
@@ -54,12 +54,16 @@ class Window(ContextPolicy):
         return [*_noted(head, note), *_step_messages(shown), *(tail or [])]
 
 # %% ../nbs/05_context.ipynb #8f3cadef
-def _clip(s:str, n:int) -> str:
-    s = ' '.join(str(s).split())
+def clip(s, # the text; None counts as empty
+         n:int, # characters at most, the '…' included
+         fold:bool=True) -> str: # join lines and runs of blanks into single spaces (else only trim the ends)
+    "`s` in at most `n` characters, ending in '…' where it was cut."
+    s = '' if s is None else str(s)
+    s = ' '.join(s.split()) if fold else s.strip()
     return s if len(s) <= n else s[:max(n - 1, 0)].rstrip() + '…'
 
 def _call_text(step:Step, n:int=60) -> str:
-    return '; '.join(_clip(str(a), n) for a in step.actions) or 'no call'
+    return '; '.join(clip(str(a), n) for a in step.actions) or 'no call'
 
 _ECHO = re.compile(r'(?:\[\d+\]\s*)?[A-Za-z_][\w.]*\(.*\)\s*:?')
 
@@ -73,12 +77,12 @@ def extractive_summary(step:Step, # the finished step
                        earlier:list[Step]=(), # the steps before it, whose repeated lines are skipped
                        limit:int=200) -> str: # characters at most
     "A one-line account of a step from its own parts: what it called and what came back (or its answer)."
-    if step.answer is not None: return _clip(f"answered: {step.answer}", limit)
-    if not step.actions: return _clip('reply not usable; the model was asked again', limit)
+    if step.answer is not None: return clip(f"answered: {step.answer}", limit)
+    if not step.actions: return clip('reply not usable; the model was asked again', limit)
     seen = {l.strip() for s in earlier for o in s.observations for l in o.content.splitlines()}
     outs = [(' '.join(_fresh_lines(o.content, seen)) if o.ok else f"failed ({o.error}): {o.content}")
             for o in step.observations]
-    return _clip(f"{_call_text(step)} → {' | '.join(outs) or 'no result'}", limit)
+    return clip(f"{_call_text(step)} → {' | '.join(outs) or 'no result'}", limit)
 
 # %% ../nbs/05_context.ipynb #1cacd6d7
 _SUMMARY_PROMPT = ("Summarise this agent step in one line of at most {limit} characters: what was called and the "
@@ -93,14 +97,14 @@ class ModelSummariser:
                            {'role': 'user', 'content': text}])
         step.usage = step.usage + Usage(llm_calls=1, prompt_tokens=r.prompt_tokens,
                                         completion_tokens=r.completion_tokens)
-        return _clip(r.content, self.limit)
+        return clip(r.content, self.limit)
 
 # %% ../nbs/05_context.ipynb #2fe92fd7
 def step_summary(steps:list[Step], i:int, limit:int=200) -> str:
     "The summary of `steps[i]` in a prompt: the next step's conclusion if it drew one, else the kept summary."
     s, nxt = steps[i], steps[i + 1] if i + 1 < len(steps) else None
-    if nxt is not None and nxt.conclusion and s.actions: return _clip(f"{_call_text(s)} → {nxt.conclusion}", limit)
-    return _clip(s.summary if s.summary is not None else extractive_summary(s, steps[:i], limit), limit)
+    if nxt is not None and nxt.conclusion and s.actions: return clip(f"{_call_text(s)} → {nxt.conclusion}", limit)
+    return clip(s.summary if s.summary is not None else extractive_summary(s, steps[:i], limit), limit)
 
 # %% ../nbs/05_context.ipynb #a46a8b97
 def _status(s:Step) -> str:
@@ -119,25 +123,28 @@ def status_table(steps:list[Step]) -> str:
     cells = [f"| {a if a == b else f'{a}–{b}'} | {tools} | {status} |" for a, b, tools, status in rows]
     return '\n'.join(['| step | tools | status |', '|---|---|---|', *cells]) if cells else ''
 
+# %% ../nbs/05_context.ipynb #febd14e0
+def newest_fitting(items:list, # oldest first
+                   budget:int, # tokens they may take together
+                   tokens:Callable) -> list: # item -> its tokens
+    "The newest of `items` that fit in `budget` tokens together, in order."
+    kept, used = [], 0
+    for x in reversed(items):
+        used += tokens(x)
+        if used > budget: break
+        kept.append(x)
+    return kept[::-1]
+
 # %% ../nbs/05_context.ipynb #cd37bf38
 @lru_cache(maxsize=8192)
 def _line_tokens(text:str) -> int: return count_tokens(text) + 1
-
-def _fit(lines:list[str], budget:int) -> list[str]:
-    "The newest of `lines` that fit in `budget` tokens together."
-    kept, used = [], 0
-    for line in reversed(lines):
-        used += _line_tokens(line)
-        if used > budget: break
-        kept.append(line)
-    return kept[::-1]
 
 def _summaries(steps:list[Step], old:int, limit:int, budget:int) -> tuple[list[str], int]:
     "Summary lines of the first `old` steps in `budget` tokens: all of them, cut shorter if need be; else the newest."
     for lim in dict.fromkeys((limit, min(limit, 100), min(limit, 60))):
         lines = [f"- step {steps[i].index}: {step_summary(steps, i, lim)}" for i in range(old)]
         if sum(map(_line_tokens, lines)) <= budget: return lines, 0
-    kept = _fit(lines, budget)
+    kept = newest_fitting(lines, budget, _line_tokens)
     return kept, old - len(kept)
 
 def _progress(steps:list[Step], old:int, limit:int, budget:int) -> str:
@@ -154,7 +161,7 @@ def _text_tokens(text:str) -> int: return count_tokens(text)
 
 def prompt_tokens(messages:list[dict]) -> int:
     "The prompt tokens of `messages`, counted as `count_message_tokens` counts them, each text counted once."
-    return 3 + sum(3 + _text_tokens(m.get('role', '') + m.get('name', '') + _message_text(m)) for m in messages)
+    return 3 + sum(3 + _text_tokens(m.get('role', '') + m.get('name', '') + message_text(m)) for m in messages)
 
 # %% ../nbs/05_context.ipynb #5d484159
 @dataclass(repr=False)

@@ -32,7 +32,8 @@ class Usage(BaseModel):
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, o:Usage):
-        return Usage.model_construct(**{k: getattr(self, k) + getattr(o, k) for k in _USAGE_FIELDS})
+        a, b = self.__dict__, o.__dict__  # (validating the sums is quicker than building without validation)
+        return Usage.model_validate({k: a[k] + b[k] for k in _USAGE_FIELDS})
 
 _USAGE_FIELDS = tuple(Usage.model_fields)
 

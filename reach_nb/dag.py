@@ -11,10 +11,10 @@ from fastcore.basics import patch
 from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
-from .llm import ChatModel, LLMResponse, _chunks
-from .plan import PLAN_FORMAT, ask_json, read_plan, refs, run_plan
-from .plan import _Schedule, _blocked, _check_plan, _run_one, _work_step
-from .react import known_summary, _exc, _registry, _usage
+from .llm import ChatModel, LLMResponse, text_chunks
+from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, check_plan, closing_step, end_blocked
+from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, unanswered, work_step
+from .react import error_text, default_registry, call_usage
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -46,7 +46,7 @@ def _stream(self:LatencyLLM, messages, tools, json_mode, temperature):
     "The answer in word-sized pieces, each after its share of the output tokens' time."
     r = self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
     self._wait(self.per_call)
-    pieces, total = _chunks(r.content), self.per_token * r.completion_tokens
+    pieces, total = text_chunks(r.content), self.per_token * r.completion_tokens
     for p in pieces:
         self._wait(total * len(p) / len(r.content))
         yield p
@@ -121,15 +121,8 @@ def read_dag(value, # what the planner wrote: {"plan": [...]}, or the list itsel
     ids = {t.id for t in tasks}
     tasks = [t.model_copy(update={'deps': t.deps + sorted((refs(t.call.args) & ids) - set(t.deps) - {t.id})})
              for t in tasks]
-    _check_plan(tasks, tools)
+    check_plan(tasks, tools)
     return tasks
-
-def _problem(read:Callable, *args) -> Callable:
-    "A check for `ask_json`: None when `read(value, *args)` takes the value, else what is wrong with it."
-    def check(value):
-        try: read(value, *args)
-        except ValueError as e: return str(e)
-    return check
 
 # %% ../nbs/13_dag.ipynb #210b1791
 _ANSWERED = ('answer', 'final', 'final_answer', 'finish', 'done')
@@ -147,7 +140,7 @@ def read_join(value:dict) -> tuple[str, str]:
     raise ValueError('Give "decision": "answer" with the "answer", or "decision": "replan" with the "reason".')
 
 # %% ../nbs/13_dag.ipynb #0293354f
-class DAGAgent:
+class DAGAgent(PlanningAgent):
     "LLMCompiler-style: a planner writes tool calls as a graph, they run as their inputs appear, a join answers."
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
@@ -160,7 +153,7 @@ class DAGAgent:
                  temperature:float|None=None, # for every model call; None: the model's default
                  context=None, # accepted as every agent accepts it; unused: this agent makes no ReAct sub-runs
                  name:str='dag'): # the agent's name in traces
-        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else _registry(tools)
+        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else default_registry(tools)
         self.max_parallel, self.max_replans = max(1, int(max_parallel)), max(0, int(max_replans))
         self.max_tasks, self.max_corrections, self.stream_plan = max_tasks, max_corrections, bool(stream_plan)
         self.background, self.temperature, self.context, self.name = background, temperature, context, name
@@ -192,7 +185,7 @@ def _plan(self:_DagRun, version:int, reason:str='', sent:list[dict]|None=None):
     "Ask for a plan (with correction rounds) and announce it; returns its tasks, or None if none could be read."
     sent = sent or planner_messages(self.q, self.a.tools, results_text(self.rounds), reason,
                                     background=self.a.background)
-    value = yield from self.ask(sent, PLANNER_FORMAT, _problem(read_dag, self.a.tools, self.a.max_tasks))
+    value = yield from self.ask(sent, PLANNER_FORMAT, reader_check(read_dag, self.a.tools, self.a.max_tasks))
     if value is None: return None
     tasks = read_dag(value, self.a.tools, self.a.max_tasks)
     yield PlanMade(index=self.steps[-1].index, version=version, tasks=tasks, note=_note(value))
@@ -212,7 +205,7 @@ def _work(self:_DagRun, tasks:list[PlanTask]):
 def _join(self:_DagRun, final:bool):
     "Ask the join to answer or to replan; returns ('answer'|'replan', text), or None if no usable reply came."
     sent = join_messages(self.q, results_text(self.rounds), final)
-    value = yield from self.ask(sent, FINAL_JOIN_FORMAT if final else JOIN_FORMAT, _problem(read_join))
+    value = yield from self.ask(sent, FINAL_JOIN_FORMAT if final else JOIN_FORMAT, reader_check(read_join))
     return None if value is None else read_join(value)
 
 @patch
@@ -222,22 +215,6 @@ def _planned(self:_DagRun, version:int, reason:str=''):
     if tasks is not None: yield from self._work(tasks)
     return tasks
 
-# %% ../nbs/13_dag.ipynb #2b62cd65
-@patch
-def _stopped(self:_DagRun) -> tuple[str, str]:
-    "The end of a run whose model step gave nothing usable: what the tools found, and why it stopped."
-    kinds = {g.kind for g in self.steps[-1].safeguards} if self.steps else set()
-    return known_summary(self.steps), 'llm_error' if 'llm_error' in kinds else 'parse_failures'
-
-@patch
-def _closing(self:_DagRun, g:Safeguard):
-    "A last step, with no model call, that records why the run ends; its answer is what the tools found."
-    step = Step(index=self.next, parse_level='native', safeguards=[g], answer=known_summary(self.steps))
-    yield SafeguardFired(index=step.index, safeguard=g)
-    self.add(step)
-    yield StepEnd(step=step)
-    return step.answer
-
 # %% ../nbs/13_dag.ipynb #a0765a23
 @patch
 def _rounds(self:_DagRun):
@@ -246,38 +223,21 @@ def _rounds(self:_DagRun):
     for version in range(1, self.a.max_replans + 2):
         tasks = yield from (self._streamed if self.a.stream_plan else self._planned)(version, reason)
         got = None if tasks is None else (yield from self._join(final=version > self.a.max_replans))
-        if got is None: return self._stopped()
+        if got is None: return unanswered(self.steps)
         if got[0] == 'answer': return got[1], 'answer'
         reason = got[1]
     g = Safeguard(kind='max_steps', detail=f"The join asked for a new plan after max_replans={self.a.max_replans}.")
-    return (yield from self._closing(g)), 'max_steps'
+    return (yield from closing_step(self.steps, g, 'native', keep_answer=True)), 'max_steps'
 
 # %% ../nbs/13_dag.ipynb #9246a5ad
 @patch
 def events(self:_DagRun) -> Iterator:
     "The run as events: its start, each step's and task's events, its end. Nothing raises."
-    llm, a = self.a.llm, self.a
-    labels = dict(getattr(llm, 'meta', {}) or {})
-    yield RunStart(question=self.q, agent=a.name, model=getattr(llm, 'name', type(llm).__name__),
-                   meta=dict(labels, architecture='dag', max_parallel=a.max_parallel, stream_plan=a.stream_plan))
-    try: answer, reason = yield from self._rounds()
-    except Exception as e:
-        g = Safeguard(kind='internal_error', detail=f"{_exc(e, 500)} (in the DAG agent)")
-        answer, reason = (yield from self._closing(g)), 'error'
-    usage = sum((s.usage for s in self.steps), Usage())
-    usage.wall_time = time.perf_counter() - self.t0
-    yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=labels)
+    a = self.a
+    meta = dict(architecture='dag', max_parallel=a.max_parallel, stream_plan=a.stream_plan)
+    return run_events(self, meta, self._rounds(), 'in the DAG agent', 'native', keep_answer=True)
 
-@patch
-def stream(self:DAGAgent, question:str) -> Iterator:
-    "Run on `question`, yielding events as they happen; nothing a model or a tool does raises out of it."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    return _DagRun(self, question).events()
-
-@patch
-def run(self:DAGAgent, question:str) -> Run:
-    "Run to the end and return the `Run`."
-    return Run.from_events(self.stream(question))
+DAGAgent.runner = _DagRun
 
 # %% ../nbs/13_dag.ipynb #c6b724e6
 MAX_LINE_CHARS = 20_000  # a line of a streamed plan longer than this is dropped
@@ -349,13 +309,13 @@ class _Live:
     "`run_plan`'s scheduler, fed while the plan streams: tasks start as they arrive and as their inputs appear."
     def __init__(self, tools:ToolRegistry, index:int, max_parallel:int, q:queue.Queue, t0:float):
         self.tools, self.index, self.max, self.q, self.t0 = tools, index, max_parallel, q, t0
-        self.sched, self.tasks, self.obs, self.running, self.group = _Schedule([]), [], {}, {}, 0
+        self.sched, self.tasks, self.obs, self.running, self.group = Schedule([]), [], {}, {}, 0
         self.pool = ThreadPoolExecutor(max_parallel)
 
     def add(self, tasks:list[PlanTask]): self.tasks += tasks; self.sched.todo += tasks
     def busy(self) -> bool: return bool(self.running or self.sched.todo)
     def at(self) -> float: return round(time.perf_counter() - self.t0, 4)
-    def step(self) -> Step: return _work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs)
+    def step(self) -> Step: return work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs)
 
     def finish(self, t:PlanTask, f) -> Iterator:
         "Record a task that finished."
@@ -368,17 +328,13 @@ class _Live:
 @patch
 def start(self:_Live) -> Iterator:
     "End the tasks whose inputs failed (and those that need them); start those whose inputs exist, as room allows."
-    while blocked := self.sched.blocked():
-        for t in blocked:
-            self.obs[t.id] = _blocked(t, self.sched.failed); self.sched.done(t, self.obs[t.id])
-            yield TaskEnd(task=t.id, index=self.index, ok=False, result=self.obs[t.id].content, at=self.at())
-    ready, room = self.sched.ready(), max(0, self.max - len(self.running))
-    new, self.sched.todo[:0] = ready[:room], ready[room:]
+    yield from end_blocked(self.sched, self.obs, self.index, self.at)
+    new = self.sched.take(max(0, self.max - len(self.running)))
     if new: self.group += 1
     for t in new:
         yield TaskStart(task=t.id, index=self.index, group=self.group, at=self.at())
         self.running[t.id] = t
-        f = self.pool.submit(_run_one, t, self.tools, dict(self.sched.ok), None)
+        f = self.pool.submit(run_task, t, self.tools, dict(self.sched.ok), None)
         f.add_done_callback(lambda f, t=t: self.q.put(('task', (t, f))))
 
 # %% ../nbs/13_dag.ipynb #04c64cf7
@@ -387,9 +343,11 @@ def _planner_step(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, end, vers
     "The planner's step once its stream has ended, then the plan it wrote; a correction if it wrote no task."
     step = Step(index=i, prompt=list(sent), parse_level=pl.level, repairs=list(pl.repairs), raw='\n'.join(pl.seen))
     if isinstance(end, LLMResponse):
-        step.raw, step.reasoning, step.usage = end.content or '', end.reasoning or None, _usage(end)
+        step.raw, step.reasoning, step.usage = end.content or '', end.reasoning or None, call_usage(end)
         yield ModelOutput(index=i, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
-    else: step.safeguards.append(Safeguard(kind='llm_error', detail=_exc(end or ValueError('the stream ended early'))))
+    else:
+        failed = end or ValueError('the stream ended early')
+        step.safeguards.append(Safeguard(kind='llm_error', detail=error_text(failed)))
     step.safeguards += pl.safeguards
     if not pl.tasks and step.usage.llm_calls:
         why = 'No line of it was a task that can run' + (f" ({pl.safeguards[0].detail})" if pl.safeguards else '.')

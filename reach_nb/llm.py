@@ -15,10 +15,10 @@ from .core import PARAM_SYNONYMS, ToolCall, Usage
 from .config import Settings, load_settings
 
 # %% auto #0
-__all__ = ['FAULTS', 'MODELS', 'count_tokens', 'count_message_tokens', 'LLMResponse', 'LLMError', 'ModelNotConfigured',
-           'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch', 'as_response', 'ChatModel', 'ScriptedLLM',
-           'FunctionLLM', 'EchoLLM', 'RecordingLLM', 'read_cassette', 'ReplayLLM', 'FaultyLLM', 'OpenAIChat',
-           'register_model', 'get_model']
+__all__ = ['FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
+           'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch', 'as_response', 'ChatModel',
+           'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM', 'read_cassette', 'ReplayLLM',
+           'FaultyLLM', 'OpenAIChat', 'register_model', 'get_model']
 
 # %% ../nbs/04_llm.ipynb #ec032b4c
 @functools.cache
@@ -30,7 +30,7 @@ def count_tokens(text:str) -> int:
     "Tokens in `text` (cl100k_base, from the offline copy)."
     return len(_encoding().encode(text or '', disallowed_special=()))
 
-def _message_text(m:dict) -> str:
+def message_text(m:dict) -> str:
     "The countable text of one OpenAI-format message: content (or its text parts) and any tool calls."
     c = m.get('content') or ''
     if isinstance(c, list): c = ''.join(p.get('text', '') for p in c if isinstance(p, dict))
@@ -40,7 +40,7 @@ def count_message_tokens(messages:list[dict], # OpenAI-format chat messages
                          tools:list[dict]|None=None, # tool schemas sent along, which cost prompt tokens too
                         ) -> int:
     "Approximate prompt tokens of a chat request: 3 per message for framing, plus role, name and content."
-    n = sum(3 + count_tokens(m.get('role', '') + m.get('name', '') + _message_text(m)) for m in messages) + 3
+    n = sum(3 + count_tokens(m.get('role', '') + m.get('name', '') + message_text(m)) for m in messages) + 3
     return n + (count_tokens(json.dumps(tools)) if tools else 0)
 
 # %% ../nbs/04_llm.ipynb #5148b305
@@ -108,7 +108,7 @@ class ChatModel:
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
 
 # %% ../nbs/04_llm.ipynb #6a0e9b53
-def _chunks(text:str) -> list[str]:
+def text_chunks(text:str) -> list[str]:
     "Split text into word-sized pieces that join back to exactly `text` (an offline stand-in for streaming)."
     return re.findall(r'\S+\s*|\s+', text)
 
@@ -127,7 +127,7 @@ async def _acomplete(self:ChatModel, *args) -> LLMResponse:
 def _stream(self:ChatModel, *args):
     "Word-sized pieces of the whole answer, then the answer: streaming for backends that can't stream."
     r = self._complete(*args)
-    yield from _chunks(r.content)
+    yield from text_chunks(r.content)
     yield r
 
 # %% ../nbs/04_llm.ipynb #6a0e9b55
@@ -156,7 +156,7 @@ def _offline(r:LLMResponse, messages:list[dict], tools:list[dict]|None, name:str
 # %% ../nbs/04_llm.ipynb #5c6782a9
 def _last_message(messages:list[dict], n:int=200) -> str:
     m = messages[-1] if messages else {}
-    text = _message_text(m)
+    text = message_text(m)
     return f"({m.get('role', '?')}) {text[:n]!r}" + ('…' if len(text) > n else '')
 
 class ScriptedLLM(ChatModel):
@@ -196,7 +196,7 @@ class EchoLLM(ChatModel):
     "Answers the last user message back in the agent's JSON protocol. A stand-in for wiring tests, not a model."
     name = 'echo'
     def _complete(self, messages, tools, json_mode, temperature):
-        last = next((_message_text(m) for m in reversed(messages) if m.get('role') == 'user'), '')
+        last = next((message_text(m) for m in reversed(messages) if m.get('role') == 'user'), '')
         content = json.dumps({'thought': 'Echoing the last user message.', 'answer': last}, ensure_ascii=False)
         return _offline(LLMResponse(content=content), messages, tools, self.name)
 

@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import Run, RunStart
 from .llm import FunctionLLM, count_message_tokens
 from .tools import ToolRegistry
-from .context import ContextPolicy, Layered, Window, get_policy, step_summary
+from .context import ContextPolicy, Layered, Window, clip, get_policy, newest_fitting, step_summary
 from .react import ReActAgent, system_prompt
 from .sessions import SessionLog, SessionStore, record
 from .recall import LongTermMemory, key_events
@@ -96,10 +96,6 @@ def bench_context(steps:int=30, # tool steps before the answer
 # %% ../nbs/09_memory.ipynb #2823c664
 MAX_QUESTION, MAX_ANSWER, MAX_FACTS, MAX_FACT = 1000, 1500, 6, 200  # per earlier turn: characters, and facts kept
 
-def _cut(s, n:int) -> str:
-    s = str(s or '').strip()
-    return s if len(s) <= n else s[:n - 1].rstrip() + '…'
-
 def facts_found(run:Run, n:int=MAX_FACTS, limit:int=MAX_FACT) -> list[str]:
     "One summary per step whose calls found something; with more than `n`, the first and last ones."
     facts = list(dict.fromkeys(step_summary(run.steps, i, limit) for i, s in enumerate(run.steps)
@@ -111,26 +107,17 @@ def turn_messages(run:Run) -> list[dict]:
     "An earlier run as two messages: its question, then its answer with the facts it found (all capped)."
     facts = facts_found(run)
     found = '\n\nFacts found:\n' + '\n'.join(f'- {f}' for f in facts) if facts else ''
-    return [{'role': 'user', 'content': _cut(run.question, MAX_QUESTION)},
-            {'role': 'assistant', 'content': (_cut(run.answer, MAX_ANSWER) or '(no answer)') + found}]
+    return [{'role': 'user', 'content': clip(run.question, MAX_QUESTION, fold=False)},
+            {'role': 'assistant', 'content': (clip(run.answer, MAX_ANSWER, fold=False) or '(no answer)') + found}]
 
 # %% ../nbs/09_memory.ipynb #a2c693a8
-def _newest_fitting(turns:list[list[dict]], budget:int) -> list[list[dict]]:
-    "The newest turns whose messages fit in `budget` tokens together, in order."
-    kept, used = [], 0
-    for t in reversed(turns):
-        used += count_message_tokens(t)
-        if used > budget: break
-        kept.append(t)
-    return kept[::-1]
-
 def history(runs:list[Run], # the earlier runs of the conversation, oldest first
             policy:ContextPolicy, # the agent's context policy
             share:float=0.25) -> tuple[list[dict], int]: # of a layered policy's budget, for the history
     "The messages of the earlier turns that `policy` keeps, and how many turns it leaves out."
     turns = [turn_messages(r) for r in runs]
     if isinstance(policy, Window): kept = turns[-policy.k:] if policy.k else []
-    elif isinstance(policy, Layered): kept = _newest_fitting(turns, int(policy.budget * share))
+    elif isinstance(policy, Layered): kept = newest_fitting(turns, int(policy.budget * share), count_message_tokens)
     else: kept = turns
     return [m for t in kept for m in t], len(turns) - len(kept)
 
@@ -219,7 +206,8 @@ def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
 def ask(self:Session, message:str, # the next question, or the reply the last run waits for
         on_event=None) -> Run: # called with each event as it happens (once stored, with a store)
     "Run the next turn of the conversation to its end; with a store, each event is recorded as it happens."
-    meta, paused = {'session_id': self.session_id, 'user_message': _cut(message, MAX_QUESTION)}, self.pending
+    meta = {'session_id': self.session_id, 'user_message': clip(message, MAX_QUESTION, fold=False)}
+    paused = self.pending
     if paused is not None: run = self._reply(paused, message, meta, on_event)
     elif self.store is not None:
         run = record(self.store, self.agent, message, self.session_id, self.head(message), meta, on_event=on_event)

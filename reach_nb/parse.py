@@ -622,13 +622,13 @@ def _call_from_dict(d:dict) -> tuple[str, dict]:
                                       f'give it as "tool", e.g. {_EXAMPLE_CALL}.')
     args = next((low[k] for k in _ARGS_KEYS if k in low), None)
     if args is None and not _BARE_NAME.fullmatch(name): return _call_from_text(name)  # "action": "search(query='x')"
-    return name, _args(args, name)
+    return name, _args(args, name, checked=True)  # every caller gives a value whose nesting was checked
 
 # %% ../nbs/02_parse.ipynb #7a3c9e28
-def _args(raw, name:str) -> dict:
+def _args(raw, name:str, checked:bool=False) -> dict: # checked: `raw` is inside a value whose nesting was checked
     "Arguments as a dict, from a dict, a JSON string, a list of positionals or a single value."
     if raw is None or (isinstance(raw, str) and not raw.strip()): return {}
-    if isinstance(raw, (dict, list, tuple)): _shallow_enough(raw, f"The arguments of {name} are")
+    if not checked and isinstance(raw, (dict, list, tuple)): _shallow_enough(raw, f"The arguments of {name} are")
     if isinstance(raw, dict): return dict(raw)
     if isinstance(raw, (list, tuple)): return {f'_{i}': v for i, v in enumerate(raw)}
     if isinstance(raw, str) and raw.strip()[:1] in '{｛[':

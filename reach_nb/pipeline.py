@@ -14,7 +14,8 @@ from .core import *
 from .parse import split_reasoning
 from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
-from .react import PROTOCOL, Decision, decide, known_summary, _llm_error, _registry, _retried, _usage
+from .react import PROTOCOL, Decision, decide, known_summary
+from .react import call_usage, default_registry, llm_error_safeguards, retried_note
 from .plan import ask_json, run_plan
 
 # %% auto #0
@@ -272,11 +273,11 @@ def text_step(llm:ChatModel, # the model
     yield StepStart(index=index)
     step, text = Step(index=index, prompt=list(sent)), None
     try: r = llm.chat(sent, temperature=temperature)
-    except Exception as e: step.safeguards += _llm_error(e)
+    except Exception as e: step.safeguards += llm_error_safeguards(e)
     else:
         thought, text = split_reasoning(r.content or '')
-        step.raw, step.usage, step.reasoning = r.content or '', _usage(r), r.reasoning or thought
-        if r.retries: step.safeguards.append(Safeguard(kind='retry', detail=_retried(r.retries)))
+        step.raw, step.usage, step.reasoning = r.content or '', call_usage(r), r.reasoning or thought
+        if r.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(r.retries)))
         yield ModelOutput(index=index, raw=step.raw, parse_level='strict')
         step.messages.append({'role': 'assistant', 'content': step.raw})
     for g in step.safeguards: yield SafeguardFired(index=index, safeguard=g)
@@ -309,7 +310,7 @@ class PipelineAgent:
                  max_corrections:int=2, # correction rounds for a stage's JSON reply before the run stops
                  name:str='pipeline'): # the agent's name in traces
         self.llm, self.max_corrections, self.name = llm, max_corrections, name
-        self.tools = tools if isinstance(tools, ToolRegistry) else _registry(tools)
+        self.tools = tools if isinstance(tools, ToolRegistry) else default_registry(tools)
         self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 
     channels = staticmethod(channels)

@@ -11,8 +11,8 @@ from .core import *
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .context import get_policy, prompt_for
-from .plan import ask_json, read_plan, resolve, run_plan
-from .react import ReActAgent, known_summary, _registry
+from .plan import PlanningAgent, ask_json, read_plan, reader_check, resolve, run_events, run_plan, unanswered
+from .react import ReActAgent, default_registry
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'REPLANNER_FORMAT', 'SOLVER_FORMAT', 'PLANNER_SYSTEM', 'REPLANNER_SYSTEM', 'DECISIONS',
@@ -30,7 +30,7 @@ PLANNER_SYSTEM = """You plan how to answer the user's question with tools. Write
 after another. A step either calls one tool (give "tool" and "args"), or, when what to call depends on what earlier \
 steps find, gives only a "goal": a helper agent with the same tools works it out from the results so far. A tool \
 step's arguments may quote an earlier step's result as {{<step id>}}. Plan only the steps the answer needs; the \
-answer itself is written after the steps have run.
+answer itself is written after the steps have run.{background}
 
 # Tools
 {tools}
@@ -39,9 +39,11 @@ answer itself is written after the steps have run.
 {format}"""
 
 def planner_prompt(question:str, # the user's question
-                   tools:ToolRegistry) -> list[dict]: # the tools the plan may call
+                   tools:ToolRegistry, # the tools the plan may call
+                   background:str='') -> list[dict]: # what the planner should know
     "The planner's messages: what a plan is, the tools and the reply format; then the question."
-    system = PLANNER_SYSTEM.format(tools=tools.render_prompt(), format=PLANNER_FORMAT)
+    system = PLANNER_SYSTEM.format(background=f"\n{background}" if background else '', tools=tools.render_prompt(),
+                                   format=PLANNER_FORMAT)
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': question}]
 
 # %% ../nbs/11_plan_execute.ipynb #db311544
@@ -121,13 +123,15 @@ def solver_prompt(question:str, # the user's question
 
 def executor_background(question:str, # the user's question
                         done:list[tuple[PlanTask, Observation]], # the steps run so far, with what they returned
-                        cap:int=1500) -> str: # each result cut to this many characters
+                        cap:int=1500, # each result cut to this many characters
+                        background:str='') -> str: # what the agent should know
     "What the helper agent running one goal of the plan is told besides the goal: the question, the results so far."
     return (f"You carry out one step of a plan made to answer the user's question: {question}\n"
+            + (f"{background}\n" if background else '') +
             f"Results of the steps done so far:\n{_done_text(done, cap)}\nAnswer with what this step finds out.")
 
 # %% ../nbs/11_plan_execute.ipynb #19deba30
-class PlanExecuteAgent:
+class PlanExecuteAgent(PlanningAgent):
     "Plan, run the steps in order, replan after each (or only after a failure); `.run(question)` → `Run`."
     def __init__(self, llm:ChatModel, # the chat model (any backend), for every role
                  tools, # a `ToolRegistry` or a list of tool functions
@@ -138,13 +142,14 @@ class PlanExecuteAgent:
                  max_corrections:int=2, # correction rounds per model call whose JSON cannot be used
                  context=None, # the context policy of those ReAct runs: 'full', 'window:K', 'layered'
                  result_chars:int=1500, # each result is cut to this many characters in prompts
+                 background:str='', # what the agent should know: in the planner's prompt and the helpers' background
                  name:str='plan-execute'): # the agent's name in traces
         if replan not in ('always', 'on_failure'):
             raise ValueError(f"replan must be 'always' or 'on_failure', got {replan!r}.")
         self.llm, self.replan, self.max_replans, self.max_tasks = llm, replan, max(int(max_replans), 0), max_tasks
-        self.tools = tools if isinstance(tools, ToolRegistry) else _registry(tools)
+        self.tools = tools if isinstance(tools, ToolRegistry) else default_registry(tools)
         self.executor_steps, self.max_corrections, self.context = executor_steps, max_corrections, get_policy(context)
-        self.result_chars, self.name = result_chars, name
+        self.result_chars, self.background, self.name = result_chars, background, name
     def __repr__(self): return f"PlanExecuteAgent({self.llm!r}, replan={self.replan!r}, max_replans={self.max_replans})"
 
 # %% ../nbs/11_plan_execute.ipynb #f173c098
@@ -158,17 +163,8 @@ class _Execution:
     @property
     def next(self) -> int: return self.steps[-1].index + 1 if self.steps else 1
     def _now(self) -> float: return round(time.perf_counter() - self.t0, 4)
-    def _failure(self) -> str:
-        "Why the last model call gave nothing usable: 'llm_error' or 'parse_failures'."
-        last = self.steps[-1].safeguards if self.steps else []
-        return 'llm_error' if any(g.kind == 'llm_error' for g in last) else 'parse_failures'
 
 # %% ../nbs/11_plan_execute.ipynb #4ef205f2
-def _problem(read, *args) -> str|None:
-    "What `read(*args)` finds wrong, as a sentence; None if nothing."
-    try: read(*args)
-    except ValueError as e: return str(e)
-
 @patch
 def _ask(self:_Execution, messages:list[dict], expected:str, check) -> Iterator:
     "A model call for JSON, with correction rounds; its steps join the run. Returns the object, or None."
@@ -188,8 +184,8 @@ def _made(self:_Execution, tasks:list[PlanTask], note:str) -> Iterator:
 def _plan(self:_Execution) -> Iterator:
     "The planner's call: returns the first plan (and emits it), or None if no usable plan came back."
     a = self.a
-    value = yield from self._ask(planner_prompt(self.q, a.tools), PLANNER_FORMAT,
-                                 lambda v: _problem(read_plan, v, a.tools, a.max_tasks))
+    value = yield from self._ask(planner_prompt(self.q, a.tools, a.background), PLANNER_FORMAT,
+                                 reader_check(read_plan, a.tools, a.max_tasks))
     if value is None: return None
     tasks = read_plan(value, a.tools, a.max_tasks)
     yield from self._made(tasks, _text(value.get('thought') or '') if isinstance(value, dict) else '')
@@ -237,8 +233,9 @@ def _forward(self:_Execution, events, task:str, shift:int) -> Iterator:
 def _delegate(self:_Execution, t:PlanTask) -> Iterator:
     "A goal-only step: a small ReAct run on its goal, with the results so far as background."
     a, first = self.a, self.next
+    told = executor_background(self.q, self.done, a.result_chars, a.background)
     sub = ReActAgent(a.llm, a.tools, max_steps=a.executor_steps, max_corrections=a.max_corrections, context=a.context,
-                     name=f'{a.name}/executor', background=executor_background(self.q, self.done, a.result_chars))
+                     name=f'{a.name}/executor', background=told)
     yield TaskStart(task=t.id, index=first, at=self._now())
     answer, reason = yield from self._forward(sub.stream(t.goal or t.id), t.id, first - 1)
     ok = reason == 'answer'
@@ -251,7 +248,7 @@ def _replan(self:_Execution, todo:list[PlanTask]) -> Iterator:
     "The replanner's call: returns (decision, revised steps, answer, reason), or None if no usable reply came."
     a, worked = self.a, [t.id for t, o in self.done if o.ok]
     value = yield from self._ask(replanner_prompt(self.q, a.tools, self.done, todo, a.result_chars), REPLANNER_FORMAT,
-                                 lambda v: _problem(read_decision, v, a.tools, worked, a.max_tasks))
+                                 reader_check(read_decision, a.tools, worked, a.max_tasks))
     if value is None: return None
     reason = value.get('reason') or value.get('thought') or ''
     return *read_decision(value, a.tools, worked, a.max_tasks), _text(reason)
@@ -260,8 +257,7 @@ def _replan(self:_Execution, todo:list[PlanTask]) -> Iterator:
 def _review(self:_Execution, todo:list[PlanTask]) -> Iterator:
     "Ask the replanner; returns the steps still to do, and (answer, stop reason) if the run ends here."
     got = yield from self._replan(todo)
-    if got is None:
-        return todo, ((known_summary(self.steps), 'llm_error') if self._failure() == 'llm_error' else None)
+    if got is None: return todo, (end if (end := unanswered(self.steps))[1] == 'llm_error' else None)
     decision, tasks, answer, reason = got
     if decision == 'finish': return [], (answer, 'answer')
     if decision == 'keep': return todo, None
@@ -291,7 +287,7 @@ def _solve(self:_Execution, g:Safeguard|None=None) -> Iterator:
     "The solver's call; returns (answer, 'answer'), or what the tools found and why there is no answer."
     msgs = solver_prompt(self.q, self.done, self.a.result_chars)
     value = yield from _noting(self._ask(msgs, SOLVER_FORMAT, _answer_problem), g)
-    if value is None: return known_summary(self.steps), self._failure()
+    if value is None: return unanswered(self.steps)
     return _text(value['answer']), 'answer'
 
 @patch
@@ -307,7 +303,7 @@ def _bound(self:_Execution) -> Iterator:
 def _steps(self:_Execution) -> Iterator:
     "Plan, run the steps, replan as the agent says; returns (answer, stop reason)."
     todo = yield from self._plan()
-    if todo is None: return known_summary(self.steps), self._failure()
+    if todo is None: return unanswered(self.steps)
     while todo:
         t, todo = todo[0], todo[1:]
         o = yield from self._execute(t)
@@ -316,37 +312,11 @@ def _steps(self:_Execution) -> Iterator:
         if end: return end
     return (yield from self._solve())
 
-@patch
-def _crashed(self:_Execution, e:Exception) -> Iterator:
-    "An exception nothing caught: a last step records it as `internal_error`; returns what the tools found."
-    g = Safeguard(kind='internal_error', detail=f"{type(e).__name__}: {str(e)[:500]} (in the plan-and-execute loop)")
-    step = Step(index=self.next, parse_level='failed', safeguards=[g])
-    yield SafeguardFired(index=step.index, safeguard=g)
-    self.steps.append(step)
-    yield StepEnd(step=step)
-    return known_summary(self.steps)
-
 # %% ../nbs/11_plan_execute.ipynb #af3c5d33
 @patch
 def events(self:_Execution) -> Iterator:
     "The run as events: its start, every step's events, plan versions, tasks, its end. Nothing raises."
-    llm, a = self.a.llm, self.a
-    meta = dict(getattr(llm, 'meta', {}) or {})
-    yield RunStart(question=self.q, agent=a.name, model=getattr(llm, 'name', type(llm).__name__),
-                   meta={**meta, 'architecture': 'plan-execute', 'replan': a.replan, 'max_replans': a.max_replans})
-    try: answer, reason = yield from self._steps()
-    except Exception as e: answer, reason = (yield from self._crashed(e)), 'error'
-    usage = sum((s.usage for s in self.steps), Usage())
-    usage.wall_time = time.perf_counter() - self.t0
-    yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=meta)
+    meta = {'architecture': 'plan-execute', 'replan': self.a.replan, 'max_replans': self.a.max_replans}
+    return run_events(self, meta, self._steps(), 'in the plan-and-execute loop')
 
-@patch
-def stream(self:PlanExecuteAgent, question:str) -> Iterator:
-    "Run, yielding events as they happen; nothing a model or a tool does raises out of it."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    return _Execution(self, question).events()
-
-@patch
-def run(self:PlanExecuteAgent, question:str) -> Run:
-    "Run to the end and return the `Run`."
-    return Run.from_events(self.stream(question))
+PlanExecuteAgent.runner = _Execution

@@ -19,8 +19,8 @@ from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 # %% auto #0
 __all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'SAFEGUARDS', 'ASK_USER', 'Dialect',
            'get_dialect', 'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message',
-           'known_summary', 'check_safeguards', 'ReActAgent', 'strict_only', 'ask_user', 'pending_question',
-           'tool_step_messages']
+           'known_summary', 'error_text', 'check_safeguards', 'ReActAgent', 'default_registry', 'call_usage',
+           'retried_note', 'llm_error_safeguards', 'strict_only', 'ask_user', 'pending_question', 'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -248,14 +248,14 @@ def known_summary(steps:list[Step], limit:int=300) -> str:
     return "No conclusion was reached. What the tools returned:\n" + '\n'.join(found)
 
 # %% ../nbs/06_react.ipynb #9f60de9a
-def _exc(e:BaseException, n:int=1000) -> str:
+def error_text(e:BaseException, n:int=1000) -> str:
     "An exception as text: its type and (the start of) its message."
     try: msg = str(e)
     except Exception: msg = ''
     return f"{type(e).__name__}: {msg[:n]}" if msg else type(e).__name__
 
 def _internal(e:BaseException, where:str) -> Safeguard:
-    return Safeguard(kind='internal_error', detail=f"{_exc(e, 500)} ({where})")
+    return Safeguard(kind='internal_error', detail=f"{error_text(e, 500)} ({where})")
 
 def _fired(step:Step, kind:str) -> bool: return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
 
@@ -326,13 +326,14 @@ def _offered(self:ReActAgent) -> ToolRegistry:
     return self._offer
 
 def _give(self:ReActAgent, tools): # a `ToolRegistry` or a list of tool functions
-    self._given, self._from = (tools if isinstance(tools, ToolRegistry) else _registry(tools)), None
+    self._given, self._from = (tools if isinstance(tools, ToolRegistry) else default_registry(tools)), None
 
 ReActAgent.tools = property(_offered, _give, doc="The agent's tools, kept up to date with the registry it was given.")
 
 
 # %% ../nbs/06_react.ipynb #eba8bd34
-def _registry(tools) -> ToolRegistry:
+def default_registry(tools) -> ToolRegistry:
+    "A registry of `tools` (functions) with the configured limits: `tool_timeout`, `max_observation_chars`."
     s = load_settings()
     return ToolRegistry(tools, timeout=s.tool_timeout or None, max_chars=s.max_observation_chars or None)
 
@@ -413,19 +414,21 @@ def _trailing(steps:list[Step], kind:str) -> int:
     return n
 
 # %% ../nbs/06_react.ipynb #713b01d1
-def _usage(r:LLMResponse) -> Usage:
+def call_usage(r:LLMResponse) -> Usage:
     "What one model call used."
     return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
                  estimated_calls=int(bool(r.usage_estimated)), reasoning_tokens=r.reasoning_tokens or 0)
 
-def _retried(n:int) -> str:
+def retried_note(n:int) -> str:
+    "What a step's `retry` safeguard says after `n` retries of its model call."
     return f"The model call was retried {n} time{'s' * (n != 1)} (after a rate limit, a server error or a timeout)."
 
-def _llm_error(e:Exception) -> list[Safeguard]:
+def llm_error_safeguards(e:Exception) -> list[Safeguard]:
     "The safeguards of a failed model call: the error, and the retries made before giving up."
     n = getattr(e, 'retries', 0)
-    retry = [Safeguard(kind='retry', detail=_retried(n) + ' It still failed.')] if isinstance(n, int) and n > 0 else []
-    return [Safeguard(kind='llm_error', detail=_exc(e)), *retry]
+    failed = retried_note(n) + ' It still failed.' if isinstance(n, int) and n > 0 else None
+    retry = [Safeguard(kind='retry', detail=failed)] if failed else []
+    return [Safeguard(kind='llm_error', detail=error_text(e)), *retry]
 
 @patch
 def _request(self:_Loop, final:bool=False) -> dict:
@@ -456,10 +459,10 @@ def _ask(self:_Loop, step:Step, final:bool=False):
         if self.a.stream_tokens: resp = yield from self._streamed(step.index, kw)
         else: resp = self.a.llm.chat(self.sent, **kw)
     except Exception as e:
-        step.safeguards += _llm_error(e)
+        step.safeguards += llm_error_safeguards(e)
         return None
-    step.raw, step.usage = resp.content or '', _usage(resp)
-    if resp.retries: step.safeguards.append(Safeguard(kind='retry', detail=_retried(resp.retries)))
+    step.raw, step.usage = resp.content or '', call_usage(resp)
+    if resp.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries)))
     return resp
 
 # %% ../nbs/06_react.ipynb #4e572c2a
@@ -598,7 +601,7 @@ def _is_ask(c:ToolCall) -> bool: return re.sub(r'[^a-z]', '', str(c.tool).lower(
 def pending_question(step:Step) -> str|None:
     "The question a step put to the user that still waits for a reply, if any."
     return next((str(a.args.get('question', a.args.get('_0', ''))) for a, o in zip(step.actions, step.observations)
-                 if _is_ask(a) and o.content == _WAITING), None)
+                 if o.content == _WAITING and _is_ask(a)), None)
 
 # %% ../nbs/06_react.ipynb #38712c3b
 @patch
@@ -624,8 +627,8 @@ def _run(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
         if len(obs) != len(calls): raise TypeError(f"call_many returned {len(obs)} results for {len(calls)} calls")
     except Exception as e:
         step.safeguards.append(_internal(e, 'in the tool registry'))
-        obs = [Observation(tool=c.tool, content=f"Not run: the tool registry failed ({_exc(e, 300)}). Try again or "
-                           "use another tool.", ok=False, call_id=c.id, args=c.args) for c in calls]
+        text = f"Not run: the tool registry failed ({error_text(e, 300)}). Try again or use another tool."
+        obs = [Observation(tool=c.tool, content=text, ok=False, call_id=c.id, args=c.args) for c in calls]
     return {**known, **dict(zip(map(id, calls), obs))}
 
 @patch
@@ -736,8 +739,8 @@ def _recover(self:_Loop, step:Step, e:Exception):
     step.parse_level, self.fails = 'failed', self.fails + 1
     if self.shown != step.index:
         yield ModelOutput(index=step.index, raw=step.raw, parse_level='failed', repairs=step.repairs)
-    self._say(step, step.raw, f"Your last reply could not be handled ({_exc(e, 200)}); nothing more was done with it. "
-                        f"Reply again.\n\nExpected format: {self.d.reminder}")
+    self._say(step, step.raw, f"Your last reply could not be handled ({error_text(e, 200)}); nothing more was done "
+                        f"with it. Reply again.\n\nExpected format: {self.d.reminder}")
 
 @patch
 def _step(self:_Loop, i:int):

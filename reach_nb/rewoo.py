@@ -11,14 +11,14 @@ from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
-from .plan import read_plan, refs, run_plan, _model_step
-from .react import known_summary, _registry
+from .plan import PlanningAgent, ask_json, read_plan, refs, run_events, run_plan, unanswered
+from .react import default_registry
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
            'MAX_ARG_LINES', 'PLANNER_SYSTEM', 'SOLVER_SYSTEM', 'REPLAN_REQUEST', 'PlanReading', 'read_rewoo_plan',
            'planner_prompt', 'plan_text', 'evidence', 'failed_evidence', 'evidence_text', 'solver_prompt',
-           'replanner_prompt', 'read_answer', 'reply_step', 'ask_reply', 'ReWOOAgent']
+           'replanner_prompt', 'read_answer', 'ReWOOAgent']
 
 # %% ../nbs/12_rewoo.ipynb #41ba3c9b
 PLANNER_FORMAT = """Plan: <what this step finds out, and why>
@@ -284,53 +284,6 @@ def read_answer(text:str) -> str:
     if a is None: raise ValueError(f'The reply is a JSON object without an "answer"; reply with {SOLVER_FORMAT}.')
     return a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)
 
-# %% ../nbs/12_rewoo.ipynb #c405ecb2
-class _Mode:
-    "`llm` asked with JSON mode on or off, as the reply format needs (a text plan or a plain answer is not JSON)."
-    def __init__(self, llm:ChatModel, json_mode:bool): self.llm, self.json_mode = llm, json_mode
-    def chat(self, messages:list[dict], **kw): return self.llm.chat(messages, **{**kw, 'json_mode': self.json_mode})
-
-def _read_into(step:Step, read:Callable) -> tuple:
-    "What `read(step)` makes of the step's reply, or None and what is wrong with it (as a sentence)."
-    try: return read(step), None
-    except Exception as e:
-        step.parse_level = 'failed'
-        return None, (str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}")[:1000] or type(e).__name__
-
-# %% ../nbs/12_rewoo.ipynb #9801a4e9
-def reply_step(llm:ChatModel, # the model
-               sent:list[dict], # the prompt
-               index:int, # the step's index
-               read:Callable, # step -> what the reply means; a ValueError (worded for the model) when it can't be used
-               fix:Callable, # (reply, problem) -> the correction message
-               json_mode:bool=False, # ask the backend for a JSON object
-               temperature:float|None=None) -> Iterator:
-    "One model call read by `read`, as a step's events; returns (step, what `read` made of it, or None)."
-    yield StepStart(index=index)
-    step, value = _model_step(_Mode(llm, json_mode), sent, index, temperature), None
-    if step.usage.llm_calls:
-        value, problem = _read_into(step, read)
-        yield ModelOutput(index=index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
-        step.messages.append({'role': 'assistant', 'content': step.raw})
-        if problem:
-            step.safeguards.append(Safeguard(kind='correction', detail=problem[:300]))
-            step.messages.append({'role': 'user', 'content': fix(step.raw, problem)})
-    for g in step.safeguards: yield SafeguardFired(index=index, safeguard=g)
-    yield StepEnd(step=step)
-    return step, value
-
-# %% ../nbs/12_rewoo.ipynb #e7bdeaeb
-def ask_reply(llm:ChatModel, messages:list[dict], index:int, read:Callable, fix:Callable, max_corrections:int=2,
-              json_mode:bool=False, temperature:float|None=None) -> Iterator:
-    "`reply_step` with correction rounds, as `ask_json` does; yields the steps' events, returns (value or None, steps)."
-    steps, sent = [], list(messages)
-    for _ in range(max_corrections + 1):
-        step, value = yield from reply_step(llm, sent, index + len(steps), read, fix, json_mode, temperature)
-        steps.append(step)
-        if value is not None or not step.usage.llm_calls: return value, steps
-        sent = sent + step.messages
-    return None, steps
-
 # %% ../nbs/12_rewoo.ipynb #c4f2a122
 def _plan_reader(tools:ToolRegistry, max_tasks:int) -> Callable:
     "A reader of planner steps: the `PlanReading`, with the step's parse level, repairs and thought set."
@@ -366,7 +319,7 @@ def _answer_fix(raw:str, problem:str) -> str:
     return f"Your last reply could not be used as the answer. {problem}\n\nReply with {SOLVER_FORMAT}."
 
 # %% ../nbs/12_rewoo.ipynb #5bac1f4b
-class ReWOOAgent:
+class ReWOOAgent(PlanningAgent):
     "ReWOO over `llm` and `tools`: one planner call writes the whole plan, the tools run it, one solver call answers."
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
@@ -383,7 +336,7 @@ class ReWOOAgent:
         if plan_format not in PLAN_FORMATS:
             raise UserError(f"unknown plan format {plan_format!r}", 'ReWOOAgent(plan_format=...)',
                             "use 'text' or 'json'")
-        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else _registry(tools)
+        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else default_registry(tools)
         self.plan_format, self.replan_on_failure, self.name = plan_format, bool(replan_on_failure), name
         self.max_tasks, self.max_parallel, self.max_corrections = max_tasks, max_parallel, max_corrections
         self.max_evidence_chars, self.background, self.temperature = max_evidence_chars, background, temperature
@@ -391,20 +344,22 @@ class ReWOOAgent:
 
 # %% ../nbs/12_rewoo.ipynb #1b38319e
 class _ReWOORun:
-    "One run of a `ReWOOAgent`: its steps so far, the next step's index, the plan version, the answer and stop reason."
+    "One run of a `ReWOOAgent`: its steps so far and the plan version."
     def __init__(self, agent:ReWOOAgent, question:str):
-        self.a, self.q, self.steps, self.next, self.version = agent, question, [], 1, 0
-        self.answer, self.stop, self.t0 = None, None, time.perf_counter()
+        self.a, self.q, self.steps, self.version, self.t0 = agent, question, [], 0, time.perf_counter()
 
-    def took(self, steps:list[Step]): self.steps += steps; self.next += len(steps)
+    @property
+    def next(self) -> int: return self.steps[-1].index + 1 if self.steps else 1
+    def took(self, steps:list[Step]): self.steps += steps
 
 @patch
 def _plan(self:_ReWOORun, messages:list[dict]) -> Iterator:
     "Ask the planner (with correction rounds); a usable plan becomes a `PlanMade`. Returns the `PlanReading` or None."
     a = self.a
     read, fix = _plan_reader(a.tools, a.max_tasks), _plan_fix(a.plan_format)
-    plan, steps = yield from ask_reply(a.llm, messages, self.next, read, fix, a.max_corrections,
-                                       a.plan_format == 'json', a.temperature)
+    plan, steps = yield from ask_json(a.llm, messages, self.next, PLAN_FORMATS[a.plan_format], read=read, fix=fix,
+                                      max_corrections=a.max_corrections, json_mode=a.plan_format == 'json',
+                                      temperature=a.temperature)
     self.took(steps)
     if plan is not None:
         self.version += 1
@@ -423,66 +378,31 @@ def _work(self:_ReWOORun, plan:PlanReading) -> Iterator:
 # %% ../nbs/12_rewoo.ipynb #00d1f213
 @patch
 def _solve(self:_ReWOORun, plan:PlanReading, work:Step) -> Iterator:
-    "Ask the solver for the answer from the plan and its evidence."
+    "Ask the solver for the answer from the plan and its evidence; returns (answer, stop reason)."
     a = self.a
     sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars)
-    answer, steps = yield from ask_reply(a.llm, sent, self.next, _read_solution, _answer_fix, a.max_corrections,
-                                         False, a.temperature)
+    answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution, fix=_answer_fix,
+                                        max_corrections=a.max_corrections, json_mode=False, temperature=a.temperature)
     self.took(steps)
-    if answer is None: self._give_up(steps)
-    else: self.answer, self.stop = answer, 'answer'
+    return unanswered(self.steps) if answer is None else (answer, 'answer')
 
 # %% ../nbs/12_rewoo.ipynb #90cc1c98
 @patch
-def _give_up(self:_ReWOORun, steps:list[Step]):
-    "No usable reply from a model: stop for its failure, answering with what the tools found."
-    self.stop = 'llm_error' if any(g.kind == 'llm_error' for g in steps[-1].safeguards) else 'parse_failures'
-    self.answer = known_summary(self.steps)
-
-@patch
 def _go(self:_ReWOORun) -> Iterator:
-    "Plan; run the plan; if asked and evidence failed, plan once more and run that plan instead; then solve."
+    "Plan; run it; if asked and evidence failed, plan once more and run that plan instead; solve. Returns (answer, why)."
     a = self.a
     plan = yield from self._plan(planner_prompt(self.q, a.tools, a.plan_format, a.background))
-    if plan is None: return self._give_up(self.steps)
+    if plan is None: return unanswered(self.steps)
     work = yield from self._work(plan)
     if a.replan_on_failure and failed_evidence(plan.tasks, work):
         again = yield from self._plan(replanner_prompt(self.q, a.tools, plan.tasks, work, a.plan_format, a.background))
         if again is not None: plan, work = again, (yield from self._work(again))
-    yield from self._solve(plan, work)
+    return (yield from self._solve(plan, work))
 
 # %% ../nbs/12_rewoo.ipynb #98cf5b2c
 @patch
-def _crashed(self:_ReWOORun, e:Exception) -> Iterator:
-    "A bug of ours, not the model's: an `internal_error` step, and the run stops with 'error'."
-    try: what = f"{type(e).__name__}: {str(e)[:500]}"
-    except Exception: what = type(e).__name__
-    step = Step(index=self.next, parse_level='failed', safeguards=[Safeguard(kind='internal_error', detail=what)])
-    yield SafeguardFired(index=step.index, safeguard=step.safeguards[0])
-    yield StepEnd(step=step)
-    self.took([step])
-    self.answer, self.stop = known_summary(self.steps), 'error'
-
-@patch
 def events(self:_ReWOORun) -> Iterator:
     "The run as events: its start, each step's events, its end. Nothing raises."
-    llm, meta = self.a.llm, dict(getattr(self.a.llm, 'meta', {}) or {})
-    yield RunStart(question=self.q, agent=self.a.name, model=getattr(llm, 'name', type(llm).__name__),
-                   meta=dict(meta, architecture='rewoo', plan_format=self.a.plan_format))
-    try: yield from self._go()
-    except Exception as e: yield from self._crashed(e)
-    usage = sum((s.usage for s in self.steps), Usage())
-    usage.wall_time = time.perf_counter() - self.t0
-    yield RunEnd(answer=self.answer, stop_reason=self.stop or 'error', usage=usage, meta=meta)
+    return run_events(self, {'architecture': 'rewoo', 'plan_format': self.a.plan_format}, self._go())
 
-# %% ../nbs/12_rewoo.ipynb #83b288b9
-@patch
-def stream(self:ReWOOAgent, question:str) -> Iterator:
-    "Plan, run the plan, answer; yielding events as they happen. Nothing a model or a tool does raises out of it."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    return _ReWOORun(self, question).events()
-
-@patch
-def run(self:ReWOOAgent, question:str) -> Run:
-    "Run to the end and return the `Run`."
-    return Run.from_events(self.stream(question))
+ReWOOAgent.runner = _ReWOORun
