@@ -23,15 +23,17 @@ from .risk_data import ensure_dataset
 from .risk_tools import RiskWorkspace, risk_registry
 
 # %% auto #0
-__all__ = ['SPIKE_QUESTION', 'SURVEY_QUESTION', 'PLANS', 'ROUNDS', 'LOOKUPS', 'ROLES', 'AGENTS', 'Seen', 'read_observations',
-           'Question', 'read_question', 'cannot_simulate', 'task_steps', 'md_table', 'data_range', 'window',
-           'look_at_data', 'describe_transactions', 'read_playbook', 'check_operators', 'make_procedure', 'make_task',
-           'run_it', 'read_results', 'together', 'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude',
-           'next_reply', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence', 'seen_in_history', 'Ref',
-           'Move', 'moves', 'complete', 'plan_items', 'plan_note', 'rewoo_plan_text', 'play_planner', 'play_replanner',
-           'play_helper', 'told_range', 'play_dag_planner', 'play_join', 'play_rewoo_planner', 'play_router',
-           'play_chat', 'play_think', 'planned_calls', 'play_act', 'play_observe', 'role_of', 'respond', 'SimAnalyst',
-           'risk_tools', 'data_note', 'example_pipeline', 'make_agent', 'risk_agent', 'run_risk_demo']
+__all__ = ['CATALOGUE', 'FIGURES', 'PICKS', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'PLANS', 'ROUNDS', 'ANSWERS', 'LOOKUPS', 'ROLES',
+           'AGENTS', 'Seen', 'read_observations', 'read_period', 'period_dates', 'Ask', 'read_ask', 'Question',
+           'read_question', 'cannot_simulate', 'task_steps', 'md_table', 'data_range', 'window', 'look_at_data',
+           'describe_transactions', 'read_playbook', 'check_operators', 'make_procedure', 'make_task', 'run_it',
+           'read_results', 'together', 'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude', 'ask_reply',
+           'answer_ask', 'next_reply', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence',
+           'seen_in_history', 'Ref', 'Move', 'moves', 'complete', 'plan_items', 'plan_note', 'rewoo_plan_text',
+           'play_planner', 'play_replanner', 'play_helper', 'told_range', 'play_dag_planner', 'play_join',
+           'play_rewoo_planner', 'play_router', 'play_chat', 'play_think', 'planned_calls', 'play_act', 'play_observe',
+           'role_of', 'respond', 'SimAnalyst', 'risk_tools', 'data_note', 'example_pipeline', 'make_agent',
+           'risk_agent', 'run_risk_demo']
 
 # %% ../nbs/22_sim_analyst.ipynb #0fa183ff
 @dataclass
@@ -60,6 +62,119 @@ def read_observations(messages:list[dict]) -> list[Seen]:
             if h := _HEAD.fullmatch(head): out.append(Seen(h['tool'], h['call'], not h['error'], body, h['error'], i))
     return out
 
+# %% ../nbs/22_sim_analyst.ipynb #bb2afced
+_MONTHS = 'january february march april may june july august september october november december'.split()
+_PERIODS = [  # (pattern, the period it names), tried in order
+    (r'(\d{4}-\d\d-\d\d)\D{1,12}?(\d{4}-\d\d-\d\d)', lambda m: {'dates': (m[1], m[2])}),
+    (rf"\b({'|'.join(_MONTHS)})\s+(\d{{4}})\b", lambda m: {'month': (int(m[2]), _MONTHS.index(m[1].lower()) + 1)}),
+    (r'(\d{4})\s*年\s*(\d{1,2})\s*月', lambda m: {'month': (int(m[1]), int(m[2]))}),
+    (r'last (\d+) days|(?:最后|最近) ?(\d+) ?天', lambda m: {'last': int(m[1] or m[2])}),
+    (r'last week|最后一周|最近一周|上周', lambda m: {'last': 7}),
+    (r'last month|最近一个月|最后一个月|上个月', lambda m: {'last': 30})]
+_BEFORE = re.compile(r'(?:four|4) weeks before|之前四周|前四周|(?:previous|prior) week|week before|前一周|上一周', re.I)
+
+def read_period(text:str) -> dict|None:
+    "The days a question names: {'month': (y, m)}, {'dates': (first, last)} or {'last': n}; 'before': baseline days."
+    p = next((make(m) for pat, make in _PERIODS if (m := re.search(pat, text, re.I))), None)
+    if p and (b := _BEFORE.search(text)): p['before'] = 28 if re.search(r'four|4|四', b[0]) else 7
+    return p
+
+def period_dates(p:dict, # from `read_period`
+                 rng:tuple[date, date]) -> dict: # the data's first and last day
+    "A task's dates for the period: start and end, and the baseline just before when the question names one."
+    if 'dates' in p: s, e = map(date.fromisoformat, p['dates'])
+    elif 'month' in p: s = date(*p['month'], 1); e = (s + timedelta(31)).replace(day=1) - timedelta(1)
+    else: e = rng[1]; s = e - timedelta(p['last'] - 1)
+    w = {'start': str(s), 'end': str(e)}
+    return w | ({'baseline_start': str(s - timedelta(b)), 'baseline_end': str(s - timedelta(1))}
+                if (b := p.get('before')) else {})
+
+# %% ../nbs/22_sim_analyst.ipynb #742b025f
+_IDS = {'item_id': r'\bg\d\d-i\d\d\b', 'game_id': r'\bg\d\d\b(?!-)', 'channel_id': r'\bc\d\d\b'}
+_DIMS = {'item_id': r'\bitems?\b|物品|道具', 'channel_id': r'channels?\b|渠道', 'game_id': r'\bgames?\b|游戏',
+         'muid': r'devices?\b|设备', 'payer_id': r'payers?\b|支付账号|付款账号', 'user_id': r'accounts?\b|账号'}
+_TABLES = {'users': r'accounts?\b|users?\b|账号|用户', 'devices': r'devices?\b|设备', 'items': r'\bitems?\b|物品|道具',
+           'channels': r'channels?\b|渠道', 'transactions': r'transactions?\b|recharge|payments?\b|交易|充值',
+           'games': r'\bgames?\b|游戏'}  # the dataset a question names: the most specific word first
+
+def _ids(text:str) -> dict[str, list[str]]:
+    "The ids the question names, by dimension, in order: {'channel_id': ['c02', 'c03']}."
+    return {d: list(dict.fromkeys(found)) for d, p in _IDS.items() if (found := re.findall(p, text))}
+
+def _asked_dim(text:str, skip:str|None=None) -> str|None:
+    "The dimension asked about: the first named after 'which' (哪), else the first named at all (but `skip`)."
+    at = m.end() if (m := re.search(r'\bwhich\b|\bwhat\b|哪', text, re.I)) else 0
+    hits = [(h.start(), d) for d, p in _DIMS.items() if d != skip and (h := re.compile(p, re.I).search(text, at))]
+    return min(hits)[1] if hits else None
+
+def _table(text:str) -> str|None: return next((t for t, p in _TABLES.items() if re.search(p, text, re.I)), None)
+
+# %% ../nbs/22_sim_analyst.ipynb #746ad864
+CATALOGUE = {  # kind: its pattern; answered from list_datasets (and describe_dataset), no period
+    'no_dataset': r'is there (?:a|any) (?:dataset|table)|有没有.{0,12}(?:数据集|数据表)',
+    'datasets': r'\b(?:which|what|other) datasets\b|哪些.{0,8}数据集', 'field': r'\b(?:which|what) field\b|哪个字段',
+    'fields': r'\b(?:which|what) fields\b|\bcolumns\b|哪些字段', 'first_day': r'\bbegin\b|\bfirst day\b|第一天|最早',
+    'last_day': r'\blast day\b|最后一天', 'range': r'\bwhich days\b|\bdate range\b|时间范围|哪些日期',
+    'values': r'\bvalues\b|\btypes\b|\bregions\b|取值|类型|地区', 'name': r'\btitle\b|\bname\b|叫什么|名字|名称',
+    'count': r'\bhow many\b|多少|几个'}
+FIGURES = {  # kind: its pattern; answered by one operator over the period the question names
+    'velocity': r'within \d+ ?minutes|\d+ ?分钟内',
+    'sharing': r'(?:paid for|used by|pay for|为).{0,20}?(?:at least|至少)|共用|\bshared\b',
+    'refunders': r'refunded at least half|退款.{0,8}一半', 'refund_top': r'highest refund rate|退款率.{0,30}最高',
+    'refund_rate': r'refunded|refund rate|退款率',
+    'growth': r'\bgrew\b|\bgrowth\b|增长|增加|changed the least|变化最|变化主要来自|change came mainly from',
+    'difference': r'\bmore\b.{0,100}\bthan\b|比.{0,40}多', 'total': r'\btotal\b|per day|\baverage\b|平均|总',
+    'top': r'\bmost\b|\bhighest\b|最高|最多'}
+_PARTS = re.compile(r'\bthen\b|\bthat (?:game|channel|week)\b|\bthose\b|\bif so\b|\bin the (?:game|channel) with\b'
+                    r'|再|这个|这款|那些', re.I)  # a question in parts: the second works on what the first finds
+
+# %% ../nbs/22_sim_analyst.ipynb #2e37cba8
+@dataclass
+class Ask:
+    "A narrow question: its kind (a key of `CATALOGUE` or `FIGURES`), the dataset or dimension, period and ids."
+    what: str
+    text: str
+    lang: str
+    table: str|None = None  # the dataset it names
+    dim: str|None = None  # the dimension it asks about ('channel_id'...)
+    period: dict|None = None  # from `read_period`
+    ids: dict = field(default_factory=dict)  # the ids it names, by dimension
+    then: Ask|None = None  # a second part, over what this part finds ("...; then list the devices of that channel")
+
+# %% ../nbs/22_sim_analyst.ipynb #35a0a7e2
+def _read_part(text:str, whole:str) -> Ask|None:
+    "One part of a question as a look-up: a catalogue kind without a period, a figure kind with one."
+    period, ids = read_period(text) or read_period(whole), _ids(text)
+    kinds = FIGURES if period else CATALOGUE
+    what = next((k for k, p in kinds.items() if re.search(p, text, re.I)), None)
+    if what is None or what == 'name' and not ids: return None
+    if period and re.search(r'类（|\btypes?\b|类型|share of|占比|currency|币种|dollars|美元', text, re.I):
+        return None  # a figure restricted to a type, or a share of a currency: not read
+    if what == 'count' and (not _table(text) or re.search(r'refund|退款|flag|fraud|abuse|shared|共用', text, re.I)):
+        return None  # a count of something the catalogue does not list
+    lang = 'zh' if re.search(r'[\u4e00-\u9fff]', whole) else 'en'
+    return Ask(what, text, lang, _table(text), _asked_dim(text), period, ids)
+
+PICKS = ('top', 'growth', 'refund_top', 'sharing', 'velocity')  # kinds whose rows name what a second part works on
+
+def read_ask(text:str) -> Ask|None:
+    "The question as a look-up, if it is one: one part, or a part that picks and a second part over what it picked."
+    if not (m := _PARTS.search(text)): return _read_part(text, text)
+    first, second = _read_part(text[:m.start()], text), _read_part(text[m.start():], text)
+    if not (first and second and first.what in PICKS and second.what in FIGURES): return None
+    second.dim = _asked_dim(second.text, skip=first.dim if first.what in PICKS[:3] else None)
+    return Ask(**{**first.__dict__, 'then': second})
+
+# %% ../nbs/22_sim_analyst.ipynb #334556d7
+_INVESTIGATE = re.compile(r'\bwhy\b|为什么|分析|look for|drove|organic|\bany\b|is there|有没有|排查', re.I)
+_ASKING = re.compile(r'\b(?:which|how many|how much|what (?:is|was|are|share|values|types)|find)\b'
+                     r'|哪|多少|几|列出|找出', re.I)
+
+def _narrow(text:str) -> bool:
+    "Does it ask for one thing (names ids, a month or dates, or asks which/how many, not why)? Not a survey, then."
+    p = read_period(text) or {}
+    return bool(_ids(text) or 'month' in p or 'dates' in p or _ASKING.search(text) and not _INVESTIGATE.search(text))
+
 # %% ../nbs/22_sim_analyst.ipynb #7c0157d6
 _CJK = re.compile(r'[\u4e00-\u9fff]')
 _SPIKE = re.compile(r'jump|spike|surge|rise|rose|increase|grow|上涨|突增|增长|暴涨|激增|涨', re.I)
@@ -73,7 +188,7 @@ _FOCUS = {'refund': re.compile(r'refund|退款', re.I), 'proxy': re.compile(r'pr
 class Question:
     "What the analyst takes from a question: its kind, language, window length and focus."
     text: str
-    kind: str|None  # 'spike' (why did volume jump), 'survey' (look for anomalies...); None: a question it cannot do
+    kind: str|None  # 'spike' (why did volume jump), 'survey' (anomalies...), 'lookup' (`read_ask`); None: cannot
     lang: str  # 'zh' when the question has Chinese characters, else 'en'
     days: int  # the window: the last 7 or 30 days of the data
     focus: str|None = None  # 'refund' or 'proxy' when the question names one
@@ -83,6 +198,8 @@ def read_question(text:str) -> Question:
     focus = next((k for k, p in _FOCUS.items() if p.search(text)), None)
     spike = _SPIKE.search(text) and _MONEY.search(text) and focus is None
     kind = 'spike' if spike else 'survey' if focus or _ANOMALY.search(text) else None
+    if (kind is None or _narrow(text)) and read_ask(text): kind, focus = 'lookup', None
+    elif _narrow(text) and _PARTS.search(text): kind = None  # one question in parts is not a survey of everything
     days = 30 if _MONTH.search(text) else 7 if _WEEK.search(text) or kind == 'spike' else 30
     return Question(text, kind, 'zh' if _CJK.search(text) else 'en', days, focus)
 
@@ -477,6 +594,307 @@ def conclude(q:Question, seen:list[Seen], reason:str|None=None) -> dict:
     thought = _say(q, f'Stopping early: {reason}.', f'提前结束：{reason}。') if reason else done
     return {'thought': thought, 'answer': '\n'.join(lines)}
 
+# %% ../nbs/22_sim_analyst.ipynb #7248f0cc
+def _num(pattern:str, text:str) -> dict:
+    "{'v': the number the pattern's group catches}, or {} when the question gives none."
+    return {'v': int(m[1])} if (m := re.search(pattern, text, re.I)) else {}
+
+_AT_LEAST = r'(?:at least|至少) ?(\d+)'
+_NUMBERS = {'min_txns': rf'{_AT_LEAST} ?(?:payment )?(?:attempts|payments|次|笔)', 'minutes': r'(\d+) ?(?:minutes|分钟)',
+            'min_users': _AT_LEAST}  # the thresholds a question may give, by parameter
+
+def _given(t:str, *keys:str) -> dict: return {k: v['v'] for k in keys if (v := _num(_NUMBERS[k], t))}
+
+def _step(a:Ask) -> dict:
+    "The one operator step a figure question needs, with the thresholds the question gives."
+    t, dim = a.text, a.dim or 'game_id'
+    op, params = {'velocity': ('velocity', lambda: _given(t, 'min_txns', 'minutes')),
+                  'sharing': ('sharing', lambda: {'entity': 'payer_id' if dim == 'payer_id' else 'muid'}
+                              | (_given(t, 'min_users') or {'min_users': 2})),  # shared: by two accounts or more
+                  'refunders': ('refund_rate', lambda: {'by': 'user_id', 'threshold': 0.5} | _given(t, 'min_txns')),
+                  'refund_top': ('refund_rate', lambda: {'by': dim, 'min_txns': 1}),
+                  'refund_rate': ('refund_rate', lambda: {'by': 'game_id'}),
+                  'growth': ('cohort_compare', lambda: {'by': dim}),
+                  'difference': ('aggregate', lambda: {'by': [next(iter(a.ids), dim)]}),
+                  'total': ('concentration', lambda: {'dims': ['game_id'], 'top': 1}),
+                  'top': ('aggregate', lambda: {'by': [dim]})}[a.what]
+    return {'operator': op, 'params': params()}
+
+# %% ../nbs/22_sim_analyst.ipynb #466676dc
+_ID_TABLE = {'game_id': 'games', 'channel_id': 'channels', 'item_id': 'items'}
+_DESCRIBE = {'field', 'fields', 'values', 'name'}  # catalogue kinds that read a dataset's fields
+
+def _ask_table(a:Ask) -> str:
+    "The dataset a catalogue question reads: the table of the id it names, else the one it names, else transactions."
+    if a.what == 'name': return next((_ID_TABLE[d] for d in a.ids if d in _ID_TABLE), None)
+    return a.table or 'transactions'
+
+def ask_reply(a:Ask, seen:list[Seen]) -> dict|None:
+    "The next calls for a look-up, as one reply; None when every result its answer needs is in."
+    look = _act('Which datasets there are and the days they cover.', 'list_datasets')
+    todo = [] if _last(seen, 'list_datasets') else [look]
+    if a.what in CATALOGUE:
+        t = _ask_table(a)
+        if a.what in _DESCRIBE and not _last(seen, 'describe_dataset', f'{t} ['):
+            todo.append(_act(f'The fields of {t} (and sample rows).', 'describe_dataset', dataset=t))
+        return together(todo)
+    first, rest = _parts_seen(seen)
+    if a.then and _last(first, 'get_result'): a, seen = _second(a, first), [*_data_seen(first), *rest]
+    elif rest: return None
+    if not _last(seen, 'create_procedure'):
+        return together(todo + [_act(f'One step answers this: {_step(a)["operator"]}.', 'create_procedure',
+                                     name=a.what, steps=[_step(a)], description=a.text)])
+    return together(todo) or _figure_call(a, seen)
+
+# %% ../nbs/22_sim_analyst.ipynb #e12bcdda
+def _parts_seen(seen:list[Seen]) -> tuple[list[Seen], list[Seen]]:
+    "The observations up to the first part's rows, and those after them (the second part's)."
+    i = next((k for k, s in enumerate(seen) if s.ok and s.tool == 'get_result'), len(seen) - 1)
+    return seen[:i + 1], seen[i + 1:]
+
+def _data_seen(seen:list[Seen]) -> list[Seen]: return [s for s in seen if s.tool == 'list_datasets' and s.ok]
+
+def _second(a:Ask, first:list[Seen]) -> Ask:
+    "The second part, filtered to what the first part's rows picked."
+    dim, ids = _picked(a, first)
+    return Ask(**{**a.then.__dict__, 'ids': a.then.ids | {dim: _need(ids or None, 'anything the first part found')}})
+
+# %% ../nbs/22_sim_analyst.ipynb #68192ac9
+def _figure_call(a:Ask, seen:list[Seen]) -> dict|None:
+    "The task over the question's period (its ids as filters), its run, then its rows; None once the rows are in."
+    if not (made := _last(seen, 'create_task')):
+        pid = _need(_search(r'Created procedure (proc_\d+)', _last(seen, 'create_procedure')), 'the procedure id')[1]
+        w = period_dates(a.period, _need(data_range(seen), "the data's date range"))
+        told = any(s.tool == 'create_task' and 'baseline' in s.text for s in seen if not s.ok)
+        if told and 'baseline_start' not in w:  # the tool said the default baseline is outside the data: the days after
+            s, e = date.fromisoformat(w['start']), date.fromisoformat(w['end'])
+            w |= {'baseline_start': str(e + timedelta(1)), 'baseline_end': str(e + (e - s) + timedelta(1))}
+        f = {'filters': a.ids} if a.ids else {}
+        return _act(f"The period the question names is {w['start']}..{w['end']}.", 'create_task', procedure_id=pid,
+                    **w, **f)
+    tid = _need(_search(r'Created task (task_\d+)', made), 'the task id')[1]
+    if not _last(seen, 'run_task'): return _act(f'Task {tid} is created; run it.', 'run_task', task_id=tid)
+    if _last(seen, 'get_result'): return None
+    counted = a.what in ('sharing', 'velocity', 'refunders')
+    n = _search(r'^\[1\] \w+: ([\d,]+)\+? ', _last(seen, 'run_task')) if counted else None
+    top = min(50, max(1, int(n[1].replace(',', '')))) if n else 50  # as many rows as the headline counts
+    return _act('The headline is in; I read the rows behind it.', 'get_result', task_id=tid, step=1, top=top)
+
+# %% ../nbs/22_sim_analyst.ipynb #3a9be94b
+def _datasets(seen:list[Seen]) -> list[tuple[str, str, str, str]]:
+    "(name, category, rows, description) of each dataset `list_datasets` listed."
+    s = _need(_last(seen, 'list_datasets'), 'the list of datasets')
+    return re.findall(r'^- (\w+) \[(\w+)\] ([\d,]+) rows: (.*)$', s.text, re.M)
+
+def _fields(seen:list[Seen], t:str) -> list[tuple[str, str, str]]:
+    "(name, type, meaning) of each field `describe_dataset` gave for `t`."
+    return re.findall(r'^- (\w+) \((\w+)\): (.*)$', _need(_last(seen, 'describe_dataset', f'{t} ['),
+                                                        f'the fields of {t}').text, re.M)
+
+_ZH_WORDS = {'退款': 'refund', '时间': 'when time', '设备': 'device', '渠道': 'channel', '金额': 'amount',
+             '币种': 'currency', '货币': 'currency', '状态': 'status', '物品': 'item', '地区': 'region', '类型': 'type'}
+_STOP_WORDS = set('what which the are there can does did from come give take table field fields value values how '
+                  'many and for with its that this record records dataset data kind kinds'.split())
+
+def _words(text:str) -> set[str]:
+    "The question's content words (Chinese ones as English), plurals folded."
+    en = ' '.join([text.lower()] + [w for z, w in _ZH_WORDS.items() if z in text])
+    return {w[:-1] if w.endswith('s') and len(w) > 4 else w for w in re.findall(r'[a-z]{3,}', en)} - _STOP_WORDS
+
+def _best_field(a:Ask, fields:list[tuple]) -> tuple:
+    "The field whose name (twice) and meaning share most words with the question."
+    hit = lambda w, text: any(t.startswith(w[:6]) for t in re.findall('[a-z]+', text.lower()))
+    return max(fields, key=lambda f: sum(2 * hit(w, f[0]) + hit(w, f[2]) for w in _words(a.text)))
+
+# %% ../nbs/22_sim_analyst.ipynb #70242e7d
+def _field_values(meaning:str) -> list[str]:
+    "The values a field's meaning lists: quoted ('success', 'failed'), else in brackets (CN, HK, ...)."
+    if quoted := re.findall(r"'([^']+)'", meaning): return quoted
+    return [v.strip() for v in m[1].split(',')] if (m := re.search(r'\(([^()]*,[^()]*)\)', meaning)) else []
+
+def _answer_values(a:Ask, seen:list[Seen]) -> str:
+    t = _ask_table(a); f = _best_field(a, _fields(seen, t))
+    vals = _need(_field_values(f[2]) or None, f'the values of {t}.{f[0]}')
+    return _say(a, f"The field {f[0]} of {t} takes these values: {', '.join(vals)}.",
+                f"{t} 的字段 {f[0]} 的取值有：{'、'.join(vals)}。")
+
+def _answer_name(a:Ask, seen:list[Seen]) -> str:
+    t = _ask_table(a); d, v = next((d, ids[0]) for d, ids in a.ids.items() if d in _ID_TABLE)
+    s = _last(seen, 'describe_dataset', f'{t} [')
+    row = next((r for r in md_table(s.text if s else '') if r.get(d) == v), None)
+    row = _need(row, f'{v} among the sample rows of {t}')
+    name = next(row[k] for k in row if k.endswith('_name'))
+    return _say(a, f"{v} is {name} (from the {t} dataset).", f"{v} 是 {name}（见 {t} 数据集）。")
+
+# %% ../nbs/22_sim_analyst.ipynb #6c3d9dd2
+def _answer_count(a:Ask, seen:list[Seen]) -> str:
+    t = a.table or 'transactions'
+    n = _need(next((d[2] for d in _datasets(seen) if d[0] == t), None), f'the row count of {t}')
+    return _say(a, f"The {t} dataset has {n} rows.", f"{t} 数据集共有 {n} 行。")
+
+def _answer_days(a:Ask, seen:list[Seen]) -> str:
+    lo, hi = _need(data_range(seen), "the data's date range")
+    only = re.search(r'date only|只回答日期|YYYY-MM-DD', a.text)
+    if a.what != 'range' and only: return str(lo if a.what == 'first_day' else hi)
+    if a.what == 'first_day': return _say(a, f"The transactions begin on {lo}.", f"交易数据从 {lo} 开始。")
+    if a.what == 'last_day': return _say(a, f"The last day of the transactions is {hi}.", f"交易数据的最后一天是 {hi}。")
+    return _say(a, f"The transactions cover {lo} to {hi}.", f"交易数据覆盖 {lo} 至 {hi}。")
+
+def _answer_fields(a:Ask, seen:list[Seen]) -> str:
+    t = _ask_table(a); names = [f[0] for f in _fields(seen, t)]
+    return _say(a, f"The fields of {t}: {', '.join(names)}.", f"{t} 的字段有：{'、'.join(names)}。")
+
+def _answer_field(a:Ask, seen:list[Seen]) -> str:
+    t = _ask_table(a); f = _best_field(a, _fields(seen, t))
+    return _say(a, f"The field {f[0]} of {t}: {f[2]}.", f"是 {t} 的字段 {f[0]}：{f[2]}。")
+
+# %% ../nbs/22_sim_analyst.ipynb #7e3273e4
+def _answer_datasets(a:Ask, seen:list[Seen]) -> str:
+    but = re.search(r'(?:除了|besides|other than|apart from|except)([^,，.。;；]*)', a.text, re.I)
+    dims = re.search(r'dimension|维度', a.text, re.I)
+    names = [d[0] for d in _datasets(seen) if not (but and re.search(_TABLES.get(d[0], d[0]), but[1], re.I))
+             and not (dims and d[1] != 'dimensions')]
+    return _say(a, f"The datasets: {', '.join(names)}.", f"可用的数据集有：{'、'.join(names)}。")
+
+def _answer_no_dataset(a:Ask, seen:list[Seen]) -> str:
+    m = re.search(r'(?:dataset|table|data) (?:of|on|about|with) ([\w -]+)|有没有(.{1,12}?)的?(?:数据集|数据表)', a.text)
+    thing = (m[1] or m[2]).strip() if m else ''
+    words = [w.removesuffix('s') for w in re.findall(r'\w+', thing.lower()) if len(w) > 2] or [thing]
+    ds = _datasets(seen)  # a dataset whose name or description has one of its words (as a whole word)
+    hits = [d[0] for d in ds if any(re.search(rf'\b{re.escape(w)}', f"{d[0]} {d[3]}", re.I) for w in words)]
+    if hits: return _say(a, f"Yes: {', '.join(hits)}.", f"有：{'、'.join(hits)}。")
+    names = ', '.join(d[0] for d in ds)
+    return _say(a, f"No: there is no dataset of {thing}; none of the {len(ds)} datasets ({names}) holds it.",
+                f"没有：{len(ds)} 个数据集（{names}）中没有关于{thing}的数据集。")
+
+# %% ../nbs/22_sim_analyst.ipynb #bb7a0bfb
+def _result(seen:list[Seen]) -> tuple[str, list[dict], str, str]:
+    "The task's (headline, rows, window, note on rows not shown) from the last `get_result`."
+    s = _need(_last(seen, 'get_result'), 'the rows of the task')
+    head = _need(_search(r'^\[1\] \w+\(.*\)\n(.*)$', s), 'the headline of the step')[1]
+    win = _need(_search(r'window (\S+) \(\d+ days\)', s), 'the window of the task')[1]
+    more = _search(r'\(rows: (\d+) of (\d+)', s)
+    cut = f" (the first {more[1]} of {more[2]})" if more and more[1] != more[2] else ''
+    return head, md_table(s.text), win, cut
+
+def _label(r:dict, dim:str) -> str: return f"{r[dim]} ({r['name']})" if r.get('name') else r[dim]
+
+def _cny(v:str) -> float: return float(v.replace(',', '').replace('+', '') or 0)
+
+# %% ../nbs/22_sim_analyst.ipynb #bf644101
+def _answer_top(a:Ask, seen:list[Seen]) -> str:
+    head, rows, win, _ = _result(seen); dim = a.dim or 'game_id'
+    r = _need(rows[0] if rows else None, 'any row in the period')
+    return _say(a, f"In {win}, {_label(r, dim)} brought in the most: {r['amount_cny']} CNY ({r['share']} of it).",
+                f"{win} 成功充值额最高的是 {_label(r, dim)}：{r['amount_cny']} CNY（占 {r['share']}）。")
+
+def _growth_row(a:Ask, rows:list[dict]) -> dict:
+    "The row the question asks for: the least change, the largest change in CNY, else the largest growth."
+    rows = _need([r for r in rows if re.fullmatch(r'[+-][\d.]+%', r.get('growth', ''))] or None, 'a growth in the rows')
+    if re.search(r'least|最小', a.text): return min(rows, key=lambda r: abs(_pct(r['growth'])))
+    if re.search(r'按金额|by amount|in CNY|增加|主要来自|mainly from', a.text):
+        return max(rows, key=lambda r: abs(_cny(r['change_cny'])))
+    return max(rows, key=lambda r: _pct(r['growth']))
+
+def _answer_growth(a:Ask, seen:list[Seen]) -> str:
+    head, rows, win, cut = _result(seen)
+    r, dim = _growth_row(a, rows), a.dim or 'game_id'
+    return _say(a, f"{_label(r, dim)}: {r['growth']} in {win} ({r['window_cny']} vs {r['baseline_cny']} CNY in "
+                   f"the baseline, scaled to as many days; change {r['change_cny']} CNY){cut}.",
+                f"{_label(r, dim)}：{win} 变化 {r['growth']}（{r['window_cny']} vs 基线同等天数 {r['baseline_cny']} CNY，"
+                f"变化 {r['change_cny']} CNY）{cut}。")
+
+# %% ../nbs/22_sim_analyst.ipynb #5f80bdb8
+def _answer_total(a:Ask, seen:list[Seen]) -> str:
+    head, _, win, _ = _result(seen)
+    total = _cny(_need(re.search(r'amount ([\d,]+) CNY', head), 'the total amount')[1])
+    lo, hi = map(date.fromisoformat, win.split('..'))
+    days = (hi - lo).days + 1
+    per = _say(a, f"; {total / days:,.0f} CNY per day over its {days} days",
+               f"，{days} 天平均每天 {total / days:,.0f} CNY") if re.search(r'per day|daily|average|每天|平均', a.text) else ''
+    return _say(a, f"Successful recharges in {win} came to {total:,.0f} CNY{per}.",
+                f"{win} 的成功充值额共 {total:,.0f} CNY{per}。")
+
+def _answer_difference(a:Ask, seen:list[Seen]) -> str:
+    _, rows, win, _ = _result(seen); dim, ids = next(iter(a.ids.items()))
+    amount = {r[dim]: _cny(r['amount_cny']) for r in rows}
+    x, y = _need(ids[:2] if len(ids) > 1 and set(ids[:2]) <= set(amount) else None, 'both amounts')
+    d = amount[x] - amount[y]
+    return _say(a, f"In {win}, {x} brought in {amount[x]:,.0f} CNY and {y} {amount[y]:,.0f} CNY: {x} brought in "
+                   f"{d:,.0f} CNY {'more' if d >= 0 else 'less (a negative difference)'} than {y}.",
+                f"{win}，{x} 成功充值 {amount[x]:,.0f} CNY，{y} 为 {amount[y]:,.0f} CNY：{x} 比 {y} 多 {d:,.0f} CNY。")
+
+# %% ../nbs/22_sim_analyst.ipynb #77139efc
+def _answer_refunds(a:Ask, seen:list[Seen]) -> str:
+    head, rows, win, cut = _result(seen)
+    overall = _need(re.search(r'overall refund rate ([\d.]+%)', head), 'the overall refund rate')[1]
+    if a.what == 'refund_rate':
+        return _say(a, f"In {win}, {overall} of the amount paid was refunded (the overall refund rate).",
+                    f"{win} 的整体退款率（退款金额占支付金额）为 {overall}。")
+    if a.what == 'refund_top':
+        r = max(rows, key=lambda r: _pct(r['refund_rate']) if r.get('refund_rate') else -1)
+        who = _label(r, a.dim or 'game_id')
+        return _say(a, f"In {win}, {who} had the highest refund rate: {r['refund_rate']} "
+                       f"({r['refunded_cny']} of {r['paid_cny']} CNY).",
+                    f"{win} 退款率最高的是 {who}：{r['refund_rate']}（{r['refunded_cny']} / {r['paid_cny']} CNY）。")
+    if re.search(r'\bwhich\b|\blist\b|哪些|列出', a.text):
+        ids, n = [r['user_id'] for r in rows if r.get('flagged') == 'yes'], re.match(r'([\d,]+) of', head)
+        cut = f" (the first {len(ids)} of {n[1]})" if n and n[1].replace(',', '') != str(len(ids)) else ''
+        return _say(a, f"In {win}, {n[1] if n else len(ids)} accounts were flagged{cut}: {', '.join(ids)}.",
+                    f"{win} 共 {n[1] if n else len(ids)} 个账号被标记{cut}：{'、'.join(ids)}。")
+    m = _need(re.search(r'^([\d,]+) of [\d,]+ user_id values refunded ≥ (\d+%) .*?\(with ≥ (\d+) payments\)', head),
+              'the number of accounts flagged')
+    return _say(a, f"In {win}, {m[1]} accounts refunded at least {m[2]} of what they paid (among those with at least "
+                   f"{m[3]} payments); the overall refund rate is {overall}.",
+                f"{win}，{m[1]} 个账号退款金额 ≥ {m[2]}（至少 {m[3]} 笔支付）；整体退款率 {overall}。")
+
+# %% ../nbs/22_sim_analyst.ipynb #87176d6e
+def _answer_list(a:Ask, seen:list[Seen]) -> str:
+    "Velocity and sharing: how many were found, and (unless only the count is asked) which."
+    head, rows, win, cut = _result(seen)
+    key = next(iter(rows[0])) if rows else ''
+    n = _need(re.match(r'([\d,]+\+?) ', head), 'how many were found')[1]
+    if n == '0':
+        return _say(a, f"None: {head} in {win}.", f"没有：{win} 内{head}（0 个）。")
+    if re.search(r'how many|多少', a.text): return _say(a, f"{n}: {head} ({win}).", f"共 {n} 个（{win}）：{head}。")
+    ids = ', '.join(r[key] for r in rows)
+    return _say(a, f"In {win}, {n} {key} values{cut}: {ids}.", f"{win} 共 {n} 个 {key}{cut}：{ids}。")
+
+# %% ../nbs/22_sim_analyst.ipynb #b12be660
+ANSWERS = {'count': _answer_count, 'first_day': _answer_days, 'last_day': _answer_days, 'range': _answer_days,
+           'fields': _answer_fields, 'field': _answer_field, 'values': _answer_values, 'name': _answer_name,
+           'datasets': _answer_datasets, 'no_dataset': _answer_no_dataset, 'top': _answer_top,
+           'growth': _answer_growth, 'total': _answer_total, 'difference': _answer_difference,
+           'refund_rate': _answer_refunds, 'refund_top': _answer_refunds, 'refunders': _answer_refunds,
+           'velocity': _answer_list, 'sharing': _answer_list}
+
+# %% ../nbs/22_sim_analyst.ipynb #ae5074c0
+def _picked(a:Ask, seen:list[Seen]) -> tuple[str, list[str]]:
+    "What the first part's rows name, for the second part: (its dimension, the ids)."
+    _, rows, _, _ = _result(seen)
+    if a.what in ('sharing', 'velocity'):
+        key = next(iter(rows[0]), '') if rows else 'muid'
+        return key, [r[key] for r in rows]
+    r = (_growth_row(a, rows) if a.what == 'growth' else rows[0] if a.what == 'top' else
+         max(rows, key=lambda r: _pct(r['refund_rate']) if r.get('refund_rate') else -1))
+    return a.dim or 'game_id', [r[a.dim or 'game_id']]
+
+def _answer(a:Ask, seen:list[Seen]) -> str:
+    "The answer to one part, or what it could not find."
+    try: return ANSWERS[a.what](a, seen)
+    except _Missing as e: return _say(a, f"I could not find {e} in the results.", f"结果中没有找到{e}。")
+
+def answer_ask(a:Ask, seen:list[Seen], reason:str|None=None) -> dict:
+    "The look-up's answer, written from the observations (and why it stopped early, if it did)."
+    first, rest = _parts_seen(seen)
+    text = _answer(a, first)
+    if a.then and _last(first, 'get_result'):
+        try: text += ' ' + _answer(_second(a, first), [*_data_seen(first), *rest])
+        except _Missing as e: text += ' ' + _say(a, f"The first part found nothing ({e}).", f"第一步没有找到结果（{e}）。")
+    if reason: text = _say(a, f"I could not complete the look-up: {reason}. ", f"查询未能完成：{reason}。") + text
+    return {'thought': _say(a, 'The results answer the question; I quote them.', '结果已能回答问题，我引用其中的数字。'),
+            'answer': text}
+
 # %% ../nbs/22_sim_analyst.ipynb #f0e7188b
 def _question(messages:list[dict]) -> str:
     "The question: the first user message."
@@ -507,13 +925,14 @@ def next_reply(messages:list[dict]) -> dict:
     "The analyst's next turn: the calls of the next round (correcting a failed one), or the conclusion."
     q, seen = read_question(_question(messages)), read_observations(messages)
     if q.kind is None: return {'thought': 'This is not a question I can simulate.', 'answer': cannot_simulate(q)}
-    if _told_to_answer(messages): return conclude(q, seen, _say(q, 'the step limit was reached', '已达到步数上限'))
+    a = read_ask(q.text) if q.kind == 'lookup' else None
+    end = (lambda why=None: answer_ask(a, seen, why)) if a else (lambda why=None: conclude(q, seen, why))
+    if _told_to_answer(messages): return end(_say(q, 'the step limit was reached', '已达到步数上限'))
     failed = _failed(seen)
-    if len(failed) == 2 and all(failed): return conclude(q, seen, _failure(failed[-1][0]))
-    try: reply = plan_reply(q, seen)
-    except _Missing as e:
-        return conclude(q, seen, _say(q, f'I could not find {e} in the observations', f'观察结果中没有找到 {e}'))
-    if reply is None: return conclude(q, seen)
+    if len(failed) == 2 and all(failed): return end(_failure(failed[-1][0]))
+    try: reply = ask_reply(a, seen) if a else plan_reply(q, seen)
+    except _Missing as e: return end(_say(q, f'I could not find {e} in the observations', f'观察结果中没有找到 {e}'))
+    if reply is None: return end()
     return _correcting(reply, failed[-1][0]) if failed and failed[-1] else reply
 
 # %% ../nbs/22_sim_analyst.ipynb #b3c535af
@@ -891,7 +1310,7 @@ def respond(messages:list[dict]) -> str|dict:
     if role == 'react': return next_reply(messages)
     q = read_question(_helper_question(messages) if role == 'plan-execute helper' else asked(messages))
     _, play, cannot = ROLES[role]
-    return cannot(cannot_simulate(q)) if q.kind is None else play(q, messages)
+    return cannot(cannot_simulate(q)) if q.kind not in PLANS else play(q, messages)  # look-ups: ReAct only
 
 # %% ../nbs/22_sim_analyst.ipynb #f91c2b95
 register_model('sim-analyst', lambda arg, settings=None: SimAnalyst())  # the class is looked up when called

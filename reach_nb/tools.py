@@ -374,35 +374,38 @@ MAX_WORKERS = 32  # most threads running sync tools; a call finding all of them 
 class _Workers:
     "Daemon threads that run sync tools: at most `max_threads`, each retiring after a minute idle."
     def __init__(self, max_threads:int=MAX_WORKERS):
-        self.max_threads, self._jobs, self._cv = max_threads, collections.deque(), threading.Condition()
-        self.threads = self._waiting = 0
+        self.max_threads, self._jobs, self._lock = max_threads, queue.SimpleQueue(), threading.Lock()
+        self.threads = self._idle = 0  # threads alive; those waiting for a job that no job has claimed yet
 
     def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
-        fut = Future()
-        with self._cv:
-            self._jobs.append((fut, contextvars.copy_context(), fn, args, kwargs))
-            if self._waiting >= len(self._jobs): self._cv.notify()
-            elif self.threads < self.max_threads:
-                self.threads += 1
-                threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
+        fut, grow = Future(), False
+        with self._lock:
+            claimed = self._idle > 0  # a waiting thread will take it
+            if claimed: self._idle -= 1
+            elif self.threads < self.max_threads: self.threads, grow = self.threads + 1, True
+        self._jobs.put((fut, contextvars.copy_context(), fn, args, kwargs, claimed))
+        if grow: threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
         return fut  # when every thread is busy the job waits in the queue; cancel the future to drop it
 
 # %% ../nbs/03_tools.ipynb #c444367a
 @patch
 def _next(self:_Workers):
-    "The next job, or None when this worker should retire."
-    with self._cv:
-        while not self._jobs:
-            self._waiting += 1
-            woke = self._cv.wait(60)
-            self._waiting -= 1
-            if not woke and not self._jobs: self.threads -= 1; return None
-        return self._jobs.popleft()
+    "The next job, or None when this worker should retire (a minute without one)."
+    with self._lock: self._idle += 1
+    while True:
+        try: job = self._jobs.get(timeout=60)
+        except queue.Empty:
+            with self._lock:
+                if self._idle > 0: self._idle, self.threads = self._idle - 1, self.threads - 1; return None
+            continue  # a job has claimed a waiting thread: it is on its way
+        if not job[-1]:
+            with self._lock: self._idle -= 1  # a job nobody claimed (all threads were busy): this one is busy now
+        return job
 
 @patch
 def _work(self:_Workers):
     while (job := self._next()) is not None:
-        fut, ctx, fn, args, kwargs = job
+        fut, ctx, fn, args, kwargs, _ = job
         if fut.set_running_or_notify_cancel():
             try: fut.set_result(ctx.run(fn, *args, **kwargs))
             except BaseException as e: fut.set_exception(e)

@@ -1,9 +1,9 @@
 """`eval_cli` against the local OpenAI-compatible endpoint over real HTTP, with the real `openai` client: the server
 plays the simulated analyst, the agent reaches it as `openai:sim-analyst`. The runs are graded, labelled simulated
 (the server says so in a header), and tasks the analyst cannot simulate are never counted as passed."""
-import re
+import json, re
 
-from reach_nb.eval import NOT_SIMULATED, Results, eval_cli
+from reach_nb.eval import NOT_SIMULATED, Results, eval_cli, load_tasks
 from reach_nb.modelserver import ModelServer
 from reach_nb.sim_analyst import SimAnalyst
 
@@ -27,10 +27,16 @@ def test_demo_tasks_pass_over_http(tmp_path):
     assert (tmp_path/rows[0]['trace']).exists()
 
 
+DECLINED = ['l3-refund-game-channel', 'l3-doubled-channel-payers', 'l3-farm-game-channels',
+            'l3-discount-channel-game-zh', 'l3-usd-channel-payers']  # kinds of question the analyst does not play
+
+
 def test_questions_it_cannot_simulate_are_not_passed(tmp_path):
-    code, text, rows = _eval(tmp_path, levels=[1])
-    said = [r for r in rows if NOT_SIMULATED.search(r['answer'])]
-    assert code == 0 and len(rows) >= 15 and len(said) >= 15
-    assert {r['status'] for r in said} == {'not_simulated'}
-    assert not any(r['passed'] for r in rows)  # the others answered another question: failed, not passed
-    assert re.search(rf'react · openai:sim-analyst +1 +{len(rows)} +0% \(0%-\d+%\) +{len(said)} ', text), text
+    mine = tmp_path/'declined.jsonl'
+    mine.write_text(''.join(json.dumps(t.model_dump(exclude_none=True, exclude={'source'}), ensure_ascii=False) + '\n'
+                            for t in load_tasks(ids=DECLINED)), encoding='utf-8')
+    code, text, rows = _eval(tmp_path/'out', tasks=[mine])
+    assert code == 0 and sorted(r['task_id'] for r in rows) == sorted(DECLINED)
+    assert all(NOT_SIMULATED.search(r['answer']) for r in rows)
+    assert {r['status'] for r in rows} == {'not_simulated'} and not any(r['passed'] for r in rows)
+    assert re.search(r'react · openai:sim-analyst +3 +5 +0% \(0%-\d+%\) +5 ', text), text

@@ -10,7 +10,7 @@ from reach_nb.eval import EvalConfig, Results, evaluate, load_tasks, trace_path
 from reach_nb.llm import register_model
 from reach_nb.sim_analyst import SimAnalyst
 
-IDS = ['l1-games-count', 'l3-spike-why', 'l3-survey-zh', 'l3-refund-abuse']
+IDS = ['l3-farm-game-channels', 'l3-spike-why', 'l3-survey-zh', 'l3-refund-abuse']  # the first is not simulated
 STALLS = 'l3-survey-zh'  # the run under way when the process is killed
 
 CHILD = textwrap.dedent('''

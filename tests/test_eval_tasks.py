@@ -60,5 +60,5 @@ def test_a_task_of_ones_own_runs(tmp_path):
     lines = []
     assert eval_cli(tasks=[tmp_path/'mine.jsonl'], out=tmp_path/'out', progress=False, echo=lines.append) == 0
     with Results(tmp_path/'out'/'results.duckdb') as res: [row] = res.rows()
-    assert (row['task_id'], row['status'], row['passed']) == ('mine-games', 'not_simulated', False)
+    assert (row['task_id'], row['status'], row['passed']) == ('mine-games', 'passed', True)
     assert lines[0].startswith('1 task · 1 configuration · 1 seed')

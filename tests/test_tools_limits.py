@@ -44,3 +44,21 @@ def wide(list_datasets:str='', describe_dataset:str='', list_operators:str='', c
          list_tasks:str='', run_task:str='', get_result:str='', search_knowledge:str=''):
     "A tool with nine parameters, for parameter-name suggestions."
     return list_datasets
+
+
+def test_a_burst_from_many_threads_runs_every_job_once_and_leaves_the_pool_counted_right():
+    "Jobs submitted from 40 threads to a pool of 8: each runs once, no more than 8 threads, all counted idle after."
+    from reach_nb.tools import _Workers
+    pool, ran, lock = _Workers(8), [], threading.Lock()
+    def job(k, j):
+        if j % 7 == 0: time.sleep(0.0003)
+        with lock: ran.append((k, j))
+        return k * 1000 + j
+    def client(k):
+        for j in range(100): assert pool.submit(job, k, j).result(10) == k * 1000 + j
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(40)]
+    for t in clients: t.start()
+    for t in clients: t.join()
+    time.sleep(0.2)  # the last workers go back to waiting
+    assert sorted(ran) == [(k, j) for k in range(40) for j in range(100)]
+    assert pool.threads == pool._idle <= 8
