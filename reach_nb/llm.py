@@ -331,34 +331,52 @@ def _action(obj) -> dict|None:
     a = obj.get('action') if isinstance(obj, dict) else None
     return a if isinstance(a, dict) and isinstance(a.get('tool'), str) else None
 
-def _with_action(obj:dict, **changes) -> str: return _dumps({**obj, 'action': {**obj['action'], **changes}})
+def _call_spots(obj) -> list[tuple[str, int|None]]:
+    "Where an agent-protocol object's tool calls are: ('action', None), or ('actions', i) for each call in a list."
+    if _action(obj): return [('action', None)]
+    acts = obj.get('actions') if isinstance(obj, dict) else None
+    if not isinstance(acts, list): return []
+    return [('actions', i) for i, a in enumerate(acts) if isinstance(a, dict) and isinstance(a.get('tool'), str)]
 
+def _one_call(obj, rng) -> tuple[dict, Callable]|None:
+    "One tool call of `obj` (drawn at random from a list of several) and a function: `obj` as text with it changed."
+    spots = _call_spots(obj)
+    if not spots: return None
+    key, i = spots[0] if len(spots) == 1 else rng.choice(spots)
+    call = obj[key] if i is None else obj[key][i]
+    def changed(**kw) -> str:
+        new = {**call, **kw}
+        return _dumps({**obj, key: new if i is None else [new if j == i else a for j, a in enumerate(obj[key])]})
+    return call, changed
+
+# %% ../nbs/04_llm.ipynb #f8f6de14
 def _camel(name:str) -> str: return ''.join(w[:1].upper() + w[1:] for w in name.split('_'))
 
 def _unknown_tool(obj, text, rng):
     "Invent a tool name close to the real one: `web_search_engine`, `WebSearch`..."
-    if not (a := _action(obj)): return None
-    name = a['tool']
-    return _with_action(obj, tool=rng.choice([v for v in (f'{name}_tool', f'{name}_engine', _camel(name))
-                                              if v != name]))
+    if not (got := _one_call(obj, rng)): return None
+    (a, changed), name = got, got[0]['tool']
+    return changed(tool=rng.choice([v for v in (f'{name}_tool', f'{name}_engine', _camel(name)) if v != name]))
 
 def _synonym_param(obj, text, rng):
     "Rename one argument to a synonym from `PARAM_SYNONYMS` (`query` → `keyword`)."
-    args = (_action(obj) or {}).get('args')
+    if not (got := _one_call(obj, rng)): return None
+    (a, changed), args = got, got[0].get('args')
     keys = [k for k in args if k in PARAM_SYNONYMS] if isinstance(args, dict) else []
     if not keys: return None
     k = rng.choice(keys)
     new = rng.choice([s for s in PARAM_SYNONYMS[k] if s not in args])
-    return _with_action(obj, args={new if a == k else a: v for a, v in args.items()})
+    return changed(args={new if a == k else a: v for a, v in args.items()})
 
 # %% ../nbs/04_llm.ipynb #1f6b2d8e
 def _string_args(obj, text, rng):
     "Send the args as a JSON string, or numbers and booleans as strings."
-    args = (_action(obj) or {}).get('args')
+    if not (got := _one_call(obj, rng)): return None
+    (a, changed), args = got, got[0].get('args')
     if not isinstance(args, dict) or not args: return None
     numeric = [k for k, v in args.items() if isinstance(v, (int, float, bool))]
-    if not numeric or rng.random() >= 0.5: return _with_action(obj, args=_dumps(args))
-    return _with_action(obj, args={k: json.dumps(v) if k in numeric else v for k, v in args.items()})
+    if not numeric or rng.random() >= 0.5: return changed(args=_dumps(args))
+    return changed(args={k: json.dumps(v) if k in numeric else v for k, v in args.items()})
 
 def _plain_text(obj, text, rng):
     "Answer in prose instead of JSON."
