@@ -1,25 +1,13 @@
 "The `reach` console script, run as a user runs it: in a subprocess, against real HTTP where a model is needed."
-import json, os, socket, subprocess, sys, time
-from pathlib import Path
-import shutil
-from contextlib import contextmanager
-import httpx, pytest
+import json, subprocess, time
+import pytest
 from reach_nb.core import Run
 
-REACH = shutil.which('reach') or pytest.fail('the `reach` console script is not installed: pip install -e .')
+from reach_cli import REACH, clean_env, run_reach, served
 
-def _env(**kw):
-    env = {k: v for k, v in os.environ.items() if not (k.startswith('REACH_') or k == 'OPENAI_API_KEY')}
-    return env | kw
-
-def _free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-def _reach(*args, cwd, env=None, timeout=120):
-    return subprocess.run([REACH, *args], cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 def test_demo_runs_offline_and_writes_its_trace(tmp_path):
-    r = _reach('demo', cwd=tmp_path)
+    r = run_reach('demo', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert 'offline stand-in' in r.stdout and '== stopped: answer' in r.stdout
     run = Run.load(tmp_path/'traces'/'demo.jsonl')
@@ -27,25 +15,9 @@ def test_demo_runs_offline_and_writes_its_trace(tmp_path):
     assert [s.action.tool for s in run.steps if s.action][:2] == ['list_datasets', 'describe_dataset']
 
 def test_ask_without_a_model_says_what_to_set(tmp_path):
-    r = _reach('ask', 'hello', cwd=tmp_path)
+    r = run_reach('ask', 'hello', cwd=tmp_path)
     assert r.returncode == 2
     assert 'REACH_API_KEY' in r.stdout + r.stderr
-
-@contextmanager
-def _served(model:str, *opts):
-    "`reach serve-model --model MODEL [OPTS]` in its own process; yields its base URL."
-    port = _free_port()
-    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port), *opts], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f'http://127.0.0.1:{port}/v1'
-    try:
-        for _ in range(150):
-            try:
-                if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
-            except httpx.HTTPError: time.sleep(0.1)
-        else: pytest.fail(f'serve-model did not start: {proc.poll()}')
-        yield base
-    finally:
-        proc.terminate(); proc.wait(10)
 
 @pytest.fixture
 def served_model(tmp_path):
@@ -53,10 +25,10 @@ def served_model(tmp_path):
     script = [json.dumps({'thought': 'Which datasets are there?', 'action': {'tool': 'list_datasets', 'args': {'category': 'payments'}}}),
               json.dumps({'thought': 'Done.', 'answer': 'The payments data is in the transactions dataset.'})]
     (tmp_path/'script.json').write_text(json.dumps(script))
-    with _served(f'scripted:{tmp_path/"script.json"}') as base: yield base
+    with served(f'scripted:{tmp_path/"script.json"}') as base: yield base
 
 def test_ask_over_real_http_against_served_model(tmp_path, served_model):
-    r = _reach('ask', 'Where are the payments?', '--base-url', served_model, '--model', 'scripted-analyst',
+    r = run_reach('ask', 'Where are the payments?', '--base-url', served_model, '--model', 'scripted-analyst',
                '--trace', str(tmp_path/'ask.jsonl'), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     run = Run.load(tmp_path/'ask.jsonl')
@@ -68,8 +40,8 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     "The stand-in served by name over HTTP, asked through `reach ask`: it finds the labelled spike."
     from reach_nb.risk_data import ensure_dataset, ground_truth
     spike = next(i for i in ground_truth(ensure_dataset()) if i['pattern'] == 'channel_spike')
-    with _served('sim-analyst') as base:
-        r = _reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
+    with served('sim-analyst') as base:
+        r = run_reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
                    '--max-steps', '20', '--trace', str(tmp_path/'spike.jsonl'), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = Run.load(tmp_path/'spike.jsonl')
@@ -78,7 +50,7 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
 
 def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
     from reach_nb.risk_data import read_meta
-    r = _reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(tmp_path/'small.duckdb'), cwd=tmp_path)
+    r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(tmp_path/'small.duckdb'), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     meta = read_meta(tmp_path/'small.duckdb')
     assert int(meta['seed']) == 3 and abs(int(meta['rows']) - 20000) < 2000
@@ -89,9 +61,9 @@ def test_killed_ask_leaves_a_readable_trace(tmp_path):
     from reach_nb.risk_data import ensure_dataset
     ensure_dataset()
     trace, partial = tmp_path/'killed.jsonl', tmp_path/'killed.partial.jsonl'
-    with _served('sim-analyst', '--latency', '0.5') as base:
+    with served('sim-analyst', '--latency', '0.5') as base:
         proc = subprocess.Popen([REACH, 'ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
-                                 '--max-steps', '20', '--trace', str(trace)], cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 '--max-steps', '20', '--trace', str(trace)], cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(300):
                 if partial.exists() and partial.read_text().count('"step_end"') >= 2: break

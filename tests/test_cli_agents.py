@@ -5,7 +5,7 @@ import pytest
 from reach_nb.core import Run
 from reach_nb.risk_data import ensure_dataset, ground_truth
 from reach_nb.sim_analyst import SPIKE_QUESTION, example_pipeline
-from test_cli import _reach
+from reach_cli import run_reach
 
 AGENTS = ['react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline']
 SHOWN = {'plan-execute': '── plan 1: ', 'rewoo': '── plan 1: ', 'dag': '── plan 1: ',
@@ -22,7 +22,7 @@ def cause():
 @pytest.mark.parametrize('agent', AGENTS)
 def test_each_agent_answers_the_demo_question(tmp_path, cause, agent):
     trace = tmp_path/'run.jsonl'
-    r = _reach('ask', '--agent', agent, '--model', 'sim-analyst', '--trace', str(trace), SPIKE_QUESTION,
+    r = run_reach('ask', '--agent', agent, '--model', 'sim-analyst', '--trace', str(trace), SPIKE_QUESTION,
                cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '== stopped: answer' in r.stdout and SHOWN[agent] in r.stdout, r.stdout[-3000:]
@@ -33,7 +33,7 @@ def test_each_agent_answers_the_demo_question(tmp_path, cause, agent):
 
 
 def test_chat_answers_that_it_is_a_data_question(tmp_path):
-    r = _reach('ask', '--agent', 'chat', '--model', 'sim-analyst', SPIKE_QUESTION, cwd=tmp_path)
+    r = run_reach('ask', '--agent', 'chat', '--model', 'sim-analyst', SPIKE_QUESTION, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert 'ask it as a data question' in r.stdout and '0 tool calls' in r.stdout
 
@@ -45,7 +45,7 @@ def test_a_pipeline_file_of_ones_own(tmp_path, cause):
     yaml = mine/'think_act_observe.yaml'
     yaml.write_text(yaml.read_text().replace('name: think_act_observe', 'name: my_stages')
                     .replace('max_iterations: 5', 'max_iterations: 4'))
-    r = _reach('ask', '--agent', 'pipeline', '--pipeline', str(yaml), '--model', 'sim-analyst',
+    r = run_reach('ask', '--agent', 'pipeline', '--pipeline', str(yaml), '--model', 'sim-analyst',
                '--trace', str(tmp_path/'p.jsonl'), SPIKE_QUESTION, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run = Run.load(tmp_path/'p.jsonl')
@@ -65,13 +65,13 @@ def test_a_pipeline_file_of_ones_own(tmp_path, cause):
     (['--agent', 'dag', '--context', 'window'], 'Error: --context with --agent dag in option --context: it is for '
                                                 'ReAct and plan-execute: drop it')])
 def test_agent_mistakes_are_one_error_line(tmp_path, args, line):
-    r = _reach('ask', *args, '--model', 'sim-analyst', SPIKE_QUESTION, cwd=tmp_path)
+    r = run_reach('ask', *args, '--model', 'sim-analyst', SPIKE_QUESTION, cwd=tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (2, '', line + '\n')
 
 
 def test_a_broken_pipeline_file_is_one_error_line(tmp_path):
     (tmp_path/'p.yaml').write_text('name: x\nstages:\n  - name: think\n    template: "Plan {next_move}."\n')
-    r = _reach('ask', '--agent', 'pipeline', '--pipeline', str(tmp_path/'p.yaml'), '--model', 'sim-analyst',
+    r = run_reach('ask', '--agent', 'pipeline', '--pipeline', str(tmp_path/'p.yaml'), '--model', 'sim-analyst',
                SPIKE_QUESTION, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == '' and r.stderr.count('\n') == 1, r.stderr
     assert r.stderr.startswith('Error: unknown placeholder {next_move} in ') and 'p.yaml' in r.stderr
@@ -79,7 +79,7 @@ def test_a_broken_pipeline_file_is_one_error_line(tmp_path):
 
 def test_bench_agents_prints_the_table_the_targets_and_a_chart(tmp_path):
     chart = tmp_path/'agents.png'
-    r = _reach('bench', 'agents', '--per-call', '0', '--per-token', '0', '--agents', 'react,rewoo,dag',
+    r = run_reach('bench', 'agents', '--per-call', '0', '--per-token', '0', '--agents', 'react,rewoo,dag',
                '--chart', str(chart), cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     table = r.stdout.split('\n\n')[1].splitlines()
@@ -93,14 +93,14 @@ def test_bench_agents_prints_the_table_the_targets_and_a_chart(tmp_path):
     (['--agents', 'react,swarm'], "Error: unknown agents 'react,swarm' in option --agents: give some of react, "),
     (['--per-call', '-1'], 'Error: --per-call must be at least 0, got -1.0 in option --per-call: ')])
 def test_bench_agents_mistakes_are_one_error_line(tmp_path, args, line):
-    r = _reach('bench', 'agents', *args, cwd=tmp_path)
+    r = run_reach('bench', 'agents', *args, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith(line) and r.stderr.count('\n') == 1, r.stderr
 
 
 def test_the_other_benchmarks_still_run(tmp_path):
-    r = _reach('bench', '--help', cwd=tmp_path)
+    r = run_reach('bench', '--help', cwd=tmp_path)
     assert all(c in r.stdout for c in ('agents', 'context', 'data', 'loop', 'recall')), r.stdout
-    r = _reach('bench', 'loop', '--steps', '2', '--runs', '3', '--rounds', '1', cwd=tmp_path)
+    r = run_reach('bench', 'loop', '--steps', '2', '--runs', '3', '--rounds', '1', cwd=tmp_path)
     assert r.returncode == 0 and 'overhead' in r.stdout, r.stdout + r.stderr
-    r = _reach('bench', 'context', '--steps', '2', cwd=tmp_path)
+    r = run_reach('bench', 'context', '--steps', '2', cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.splitlines()[2].split()[0] == 'full', r.stdout + r.stderr

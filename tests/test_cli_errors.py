@@ -1,7 +1,7 @@
 "A user's mistake, through the real `reach` script: one `Error:` line on stderr naming where, exit 2, no traceback."
 import json
 import pytest
-from test_cli import _env, _reach
+from reach_cli import clean_env, run_reach
 
 
 def _one_error_line(r, *parts):
@@ -24,7 +24,7 @@ def script(tmp_path):
 
 @pytest.mark.parametrize('value', ['abc', '0', '-3'])
 def test_bad_setting_in_the_environment_names_the_variable(tmp_path, script, value):
-    r = _reach('ask', '--model', script, 'Why?', cwd=tmp_path, env=_env(REACH_MAX_STEPS=value))
+    r = run_reach('ask', '--model', script, 'Why?', cwd=tmp_path, env=clean_env(REACH_MAX_STEPS=value))
     _one_error_line(r, 'max_steps', f"got '{value}' in REACH_MAX_STEPS: ")
 
 
@@ -37,7 +37,7 @@ def test_bad_setting_in_the_environment_names_the_variable(tmp_path, script, val
 ])
 def test_bad_settings_file_names_file_and_line(tmp_path, script, text, line, what):
     (tmp_path/'settings.ini').write_text(text)
-    r = _reach('ask', '--model', script, 'Why?', cwd=tmp_path)
+    r = run_reach('ask', '--model', script, 'Why?', cwd=tmp_path)
     err = _one_error_line(r, what, f"settings.ini:{line}: ")
     if 'unknown' in what: assert 'use one of model, base_url' in err and 'request_timeout' in err
 
@@ -60,39 +60,39 @@ def test_bad_settings_file_names_file_and_line(tmp_path, script, text, line, wha
 ])
 def test_bad_options_give_one_error_line(tmp_path, script, args, parts):
     if args[0] == 'ask' and len(args) > 1: args = [*args, '--model', script]
-    _one_error_line(_reach(*args, cwd=tmp_path), *parts)
+    _one_error_line(run_reach(*args, cwd=tmp_path), *parts)
 
 
 def test_unknown_model_spec_for_serve_model_lists_the_known_ones(tmp_path):
     "Not 'no endpoint is configured': the spec is unknown, and these are the ones there are."
-    err = _one_error_line(_reach('serve-model', '--model', 'nosuch', cwd=tmp_path), "unknown model spec 'nosuch' in option --model")
+    err = _one_error_line(run_reach('serve-model', '--model', 'nosuch', cwd=tmp_path), "unknown model spec 'nosuch' in option --model")
     assert 'endpoint' not in err
     for known in ['echo', 'scripted:', 'replay:', 'sim-analyst']: assert known in err
 
 
 def test_unreadable_model_spec_file(tmp_path):
-    _one_error_line(_reach('ask', '--model', f'scripted:{tmp_path}/none.json', 'Why?', cwd=tmp_path),
+    _one_error_line(run_reach('ask', '--model', f'scripted:{tmp_path}/none.json', 'Why?', cwd=tmp_path),
                     "cannot use the model 'scripted:", 'option --model')
 
 
 def test_no_model_configured_says_what_to_set(tmp_path):
-    _one_error_line(_reach('ask', 'hello', cwd=tmp_path), 'in the model setting', 'REACH_API_KEY')
+    _one_error_line(run_reach('ask', 'hello', cwd=tmp_path), 'in the model setting', 'REACH_API_KEY')
 
 
 def test_trace_path_that_cannot_be_written(tmp_path, script):
     (tmp_path/'afile').write_text('x')
-    r = _reach('ask', '--model', script, '--trace', str(tmp_path), 'Why?', cwd=tmp_path)
+    r = run_reach('ask', '--model', script, '--trace', str(tmp_path), 'Why?', cwd=tmp_path)
     _one_error_line(r, 'is a folder in option --trace')
-    r = _reach('ask', '--model', script, '--trace', str(tmp_path/'afile'/'run.jsonl'), 'Why?', cwd=tmp_path)
+    r = run_reach('ask', '--model', script, '--trace', str(tmp_path/'afile'/'run.jsonl'), 'Why?', cwd=tmp_path)
     _one_error_line(r, 'cannot write the trace', 'in option --trace')
-    r = _reach('ask', '--model', script, '--trace', '/proc/reach-no-such-dir/run.jsonl', 'Why?', cwd=tmp_path)
+    r = run_reach('ask', '--model', script, '--trace', '/proc/reach-no-such-dir/run.jsonl', 'Why?', cwd=tmp_path)
     _one_error_line(r, 'cannot write the trace', 'in option --trace')
     (tmp_path/'settings.ini').write_text(f'[reach]\ntrace_dir = {tmp_path/"afile"}\n')
-    _one_error_line(_reach('demo', cwd=tmp_path), 'cannot write the trace', 'in the trace_dir setting')
+    _one_error_line(run_reach('demo', cwd=tmp_path), 'cannot write the trace', 'in the trace_dir setting')
 
 
 def test_debug_shows_the_traceback_too(tmp_path):
-    r = _reach('--debug', 'ask', '', cwd=tmp_path)
+    r = run_reach('--debug', 'ask', '', cwd=tmp_path)
     assert r.returncode == 2 and 'Traceback' in r.stderr and 'UserError' in r.stderr
     assert r.stderr.splitlines()[-1].startswith('Error: the question is empty')
 
@@ -100,5 +100,5 @@ def test_debug_shows_the_traceback_too(tmp_path):
 
 @pytest.mark.parametrize('args', [[], ['data'], ['bench']])
 def test_no_arguments_shows_the_help_once(tmp_path, args):
-    r = _reach(*args, cwd=tmp_path)
+    r = run_reach(*args, cwd=tmp_path)
     assert r.returncode == 0 and (r.stdout + r.stderr).count('Usage:') == 1, r.stdout + r.stderr

@@ -4,7 +4,7 @@ import json, signal, subprocess, time
 import pytest
 from reach_nb.core import Run
 from reach_nb.sessions import SQLiteSessionStore
-from test_cli import REACH, _env, _reach, _served
+from reach_cli import REACH, clean_env, run_reach, served
 
 LOOK = {'thought': 'Which datasets are there?', 'action': {'tool': 'list_datasets', 'args': {'category': 'payments'}}}
 COLUMNS = {'thought': 'Its columns.', 'action': {'tool': 'describe_dataset', 'args': {'dataset': 'transactions'}}}
@@ -19,7 +19,7 @@ def _script(tmp_path, name, *replies):
 
 
 def _store_env(tmp_path):
-    return _env(REACH_TRACE_DIR=str(tmp_path/'traces'))
+    return clean_env(REACH_TRACE_DIR=str(tmp_path/'traces'))
 
 
 def _one_error_line(r):
@@ -33,13 +33,13 @@ def test_context_and_dialect_reach_the_agent(tmp_path):
     risk_look = {'Thought': 'Which datasets?', 'Action': {'function': 'list_datasets', 'parameters': {}}}
     risk_done = {'Thought': 'Enough.', 'Conclusion': ANSWER}
     trace = tmp_path/'risk.jsonl'
-    r = _reach('ask', '--model', _script(tmp_path, 'risk', risk_look, risk_done), '--context', 'window:2', '--dialect', 'risk',
+    r = run_reach('ask', '--model', _script(tmp_path, 'risk', risk_look, risk_done), '--context', 'window:2', '--dialect', 'risk',
                '--trace', str(trace), 'Where are the payments?', cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     run = Run.load(trace)
     assert (run.answer, run.meta['dialect'], run.meta['context']) == (ANSWER, 'risk', {'name': 'window', 'k': 2})
     assert '"Conclusion"' in run.prompt_at(1)[0]['content']  # the risk dialect's system prompt
-    r = _reach('ask', '--model', _script(tmp_path, 'lay', LOOK, DONE), '--context', 'layered', '--trace', str(trace),
+    r = run_reach('ask', '--model', _script(tmp_path, 'lay', LOOK, DONE), '--context', 'layered', '--trace', str(trace),
                'Where?', cwd=tmp_path)
     run = Run.load(trace)
     assert r.returncode == 0 and run.meta['context']['name'] == 'layered' and run.steps[0].summary
@@ -56,15 +56,15 @@ def test_context_and_dialect_reach_the_agent(tmp_path):
     (('bench', 'recall', '--queries', '0'), '--queries must be at least 1, got 0 in option --queries'),
 ])
 def test_mistakes_are_one_error_line(tmp_path, args, says):
-    assert says in _one_error_line(_reach(*args, cwd=tmp_path, env=_store_env(tmp_path)))
+    assert says in _one_error_line(run_reach(*args, cwd=tmp_path, env=_store_env(tmp_path)))
 
 
 def test_session_carries_the_conversation_across_invocations(tmp_path):
     env = _store_env(tmp_path)
-    r1 = _reach('ask', '--model', _script(tmp_path, 'one', LOOK, DONE), '--session', 'alice', '--trace',
+    r1 = run_reach('ask', '--model', _script(tmp_path, 'one', LOOK, DONE), '--session', 'alice', '--trace',
                 str(tmp_path/'one.jsonl'), 'Where are the payments?', cwd=tmp_path, env=env)
     then = {'thought': 'As found before.', 'answer': 'In transactions, as found.'}
-    r2 = _reach('ask', '--model', _script(tmp_path, 'two', then), '--session', 'alice', '--trace',
+    r2 = run_reach('ask', '--model', _script(tmp_path, 'two', then), '--session', 'alice', '--trace',
                 str(tmp_path/'two.jsonl'), 'And where was that again?', cwd=tmp_path, env=env)
     assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
     second = Run.load(tmp_path/'two.jsonl')  # the trace is still written
@@ -82,7 +82,7 @@ def test_session_carries_the_conversation_across_invocations(tmp_path):
 def test_session_history_follows_the_context_policy(tmp_path):
     env = _store_env(tmp_path)
     for i in range(1, 4):
-        r = _reach('ask', '--model', _script(tmp_path, f's{i}', {'thought': '.', 'answer': f'Answer {i}.'}), '--session', 'bob',
+        r = run_reach('ask', '--model', _script(tmp_path, f's{i}', {'thought': '.', 'answer': f'Answer {i}.'}), '--session', 'bob',
                    '--context', 'window:1', '--trace', str(tmp_path/f's{i}.jsonl'), f'Question {i}?', cwd=tmp_path, env=env)
         assert r.returncode == 0, r.stderr
     sent = Run.load(tmp_path/'s3.jsonl').prompt_at(1)
@@ -107,7 +107,7 @@ def _wait_for_step(db, session, step, proc, timeout=60):
 def test_resume_a_run_killed_at_a_step(tmp_path):
     "`reach ask --session` over HTTP with a slow model, killed with SIGKILL while step 2 waits; `reach resume` finishes it."
     env, db = _store_env(tmp_path), tmp_path/'traces'/'sessions.sqlite'
-    with _served(_script(tmp_path, 'served', LOOK, COLUMNS, DONE), '--latency', '1.5') as base:
+    with served(_script(tmp_path, 'served', LOOK, COLUMNS, DONE), '--latency', '1.5') as base:
         proc = subprocess.Popen([REACH, 'ask', '--base-url', base, '--model', 'slow-analyst', '--session', 'carol',
                                  'Where are the payments?'], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -119,7 +119,7 @@ def test_resume_a_run_killed_at_a_step(tmp_path):
     with SQLiteSessionStore(db) as store:
         assert store.info(run_id).status == 'incomplete' and len(store.run(run_id).steps) == 1
     trace = tmp_path/'resumed.jsonl'
-    r = _reach('resume', run_id, '--model', _script(tmp_path, 'rest', COLUMNS, DONE), '--trace', str(trace),
+    r = run_reach('resume', run_id, '--model', _script(tmp_path, 'rest', COLUMNS, DONE), '--trace', str(trace),
                cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert '── step 1' in r.stdout and 'action  : describe_dataset' in r.stdout and r.stdout.count(ANSWER) == 1
@@ -129,12 +129,12 @@ def test_resume_a_run_killed_at_a_step(tmp_path):
         assert store.info(run_id).status == 'finished' and store.run(run_id).answer == ANSWER
         starts = [e.call.tool for e in store.events(run_id) if e.type == 'tool_start']
     assert starts == ['list_datasets', 'describe_dataset']  # step 1's call was not made again
-    again = _reach('resume', run_id, '--model', 'echo', cwd=tmp_path, env=env)  # finished: nothing to do
+    again = run_reach('resume', run_id, '--model', 'echo', cwd=tmp_path, env=env)  # finished: nothing to do
     assert again.returncode == 0 and 'nothing to resume' in again.stderr and again.stdout.count(ANSWER) == 1
 
 
 def test_bench_context_prints_the_table(tmp_path):
-    r = _reach('bench', 'context', '--steps', '12', cwd=tmp_path)
+    r = run_reach('bench', 'context', '--steps', '12', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[1].split()[:5] == ['policy', 'step', '1', 'step', '5']
@@ -144,7 +144,7 @@ def test_bench_context_prints_the_table(tmp_path):
 
 
 def test_bench_recall_runs_the_recall_benchmark(tmp_path):
-    r = _reach('bench', 'recall', '--memories', '300', '--queries', '3', cwd=tmp_path, timeout=300)
+    r = run_reach('bench', 'recall', '--memories', '300', '--queries', '3', cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'labelled set: 65 memories' in r.stdout and 'recall@5' in r.stdout
     assert 'latency with 365 memories' in r.stdout and 'over 3 questions' in r.stdout

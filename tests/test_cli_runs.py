@@ -3,7 +3,8 @@ that JSON can't hold as it is, questions from stdin or a file, printing, timeout
 import json, subprocess
 import httpx, pytest
 from reach_nb.core import Run
-from test_cli import REACH, _env, _free_port, _reach, _served
+from browser import free_port
+from reach_cli import REACH, clean_env, run_reach, served
 
 ANSWER = 'The payments data is in the transactions dataset.'
 LOOK = json.dumps({'thought': 'Which datasets are there?', 'action': {'tool': 'list_datasets', 'args': {'category': 'payments'}}})
@@ -18,12 +19,12 @@ def _script(tmp_path, *replies, name='script.json'):
 
 def test_failed_run_exits_nonzero_and_keeps_the_good_trace(tmp_path):
     trace = tmp_path/'run.jsonl'
-    r = _reach('ask', '--model', _script(tmp_path, LOOK, DONE), '--trace', str(trace), 'Where are the payments?', cwd=tmp_path)
+    r = run_reach('ask', '--model', _script(tmp_path, LOOK, DONE), '--trace', str(trace), 'Where are the payments?', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     good = trace.read_text()
     assert Run.load(trace).answer == ANSWER and f'Trace written to {trace}' in r.stdout
     # the model fails on its second call (the script runs out): llm_error, exit 1, the good trace untouched
-    r = _reach('ask', '--model', _script(tmp_path, LOOK, name='short.json'), '--trace', str(trace), 'Again?', cwd=tmp_path)
+    r = run_reach('ask', '--model', _script(tmp_path, LOOK, name='short.json'), '--trace', str(trace), 'Again?', cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert '== stopped: llm_error' in r.stdout and 'Traceback' not in r.stderr
     failed = tmp_path/'run.failed.jsonl'
@@ -34,7 +35,7 @@ def test_failed_run_exits_nonzero_and_keeps_the_good_trace(tmp_path):
 
 def test_run_stopped_at_max_steps_prints_its_answer_once_and_exits_1(tmp_path):
     look2 = json.dumps({'thought': 'And the dimensions?', 'action': {'tool': 'list_datasets', 'args': {'category': 'dimensions'}}})
-    r = _reach('ask', '--model', _script(tmp_path, LOOK, look2, DONE), '--max-steps', '2', '--trace', str(tmp_path/'t.jsonl'),
+    r = run_reach('ask', '--model', _script(tmp_path, LOOK, look2, DONE), '--max-steps', '2', '--trace', str(tmp_path/'t.jsonl'),
                'Where are the payments?', cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.count(ANSWER) == 1, r.stdout
@@ -44,7 +45,7 @@ def test_run_stopped_at_max_steps_prints_its_answer_once_and_exits_1(tmp_path):
 def test_sim_analyst_answer_is_printed_once(tmp_path):
     from reach_nb.risk_data import ensure_dataset
     ensure_dataset()
-    r = _reach('ask', '--model', 'sim-analyst', '--trace', str(tmp_path/'spike.jsonl'),
+    r = run_reach('ask', '--model', 'sim-analyst', '--trace', str(tmp_path/'spike.jsonl'),
                'Why did recharge volume jump last week?', cwd=tmp_path)
     traced = tmp_path/('spike.jsonl' if r.returncode == 0 else 'spike.failed.jsonl')
     run = Run.load(traced)
@@ -65,7 +66,7 @@ def test_trace_saves_lone_surrogates_and_deep_nesting(tmp_path):
                        'args': {'category': 'pay\ud800', 'deep': nested(190)}}}, ensure_ascii=False)
     done = json.dumps({'thought': 'Done \udfff.', 'answer': 'An answer with \ud800 inside.'})
     trace = tmp_path/'odd.jsonl'
-    r = _reach('ask', '--model', _script(tmp_path, too_deep, look, done), '--trace', str(trace), 'Where?', cwd=tmp_path)
+    r = run_reach('ask', '--model', _script(tmp_path, too_deep, look, done), '--trace', str(trace), 'Where?', cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert 'Traceback' not in r.stderr
     run = Run.load(trace)
@@ -80,11 +81,11 @@ def test_trace_saves_lone_surrogates_and_deep_nesting(tmp_path):
 def test_question_from_stdin_and_from_a_file(tmp_path):
     question = 'Where are the payments?\n' + 'Consider every dataset. ' * 200
     r = subprocess.run([REACH, 'ask', '--model', _script(tmp_path, DONE), '--trace', str(tmp_path/'in.jsonl'), '-'],
-                       input=question, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+                       input=question, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert Run.load(tmp_path/'in.jsonl').question == question.strip()
     (tmp_path/'q.txt').write_text(question, encoding='utf-8')
-    r = _reach('ask', '--model', _script(tmp_path, DONE), '--file', str(tmp_path/'q.txt'), '--trace', str(tmp_path/'f.jsonl'),
+    r = run_reach('ask', '--model', _script(tmp_path, DONE), '--file', str(tmp_path/'q.txt'), '--trace', str(tmp_path/'f.jsonl'),
                cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert Run.load(tmp_path/'f.jsonl').question == question.strip()
@@ -92,8 +93,8 @@ def test_question_from_stdin_and_from_a_file(tmp_path):
 
 def test_timeout_flag_bounds_each_model_request(tmp_path):
     "A model slower than --timeout: the calls time out, the run fails with llm_error, exit 1, a failed trace."
-    with _served(_script(tmp_path, LOOK, DONE), '--latency', '3') as base:
-        r = _reach('ask', '--base-url', base, '--model', 'openai:slow', '--timeout', '0.3', '--trace', str(tmp_path/'t.jsonl'),
+    with served(_script(tmp_path, LOOK, DONE), '--latency', '3') as base:
+        r = run_reach('ask', '--base-url', base, '--model', 'openai:slow', '--timeout', '0.3', '--trace', str(tmp_path/'t.jsonl'),
                    'Where are the payments?', cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert '! llm_error' in r.stdout and 'timeout' in r.stdout.split('! llm_error', 1)[1].lower()
@@ -102,8 +103,8 @@ def test_timeout_flag_bounds_each_model_request(tmp_path):
 
 def test_retries_and_waiting_show_but_only_on_stderr_and_in_the_step(tmp_path):
     "A 429 is retried and shown in the step printout; a slow model shows the time waited on stderr only."
-    with _served(_script(tmp_path, LOOK, DONE), '--errors', '429', '--latency', '2.6') as base:
-        r = _reach('ask', '--base-url', base, '--model', 'openai:scripted', '--trace', str(tmp_path/'t.jsonl'),
+    with served(_script(tmp_path, LOOK, DONE), '--errors', '429', '--latency', '2.6') as base:
+        r = run_reach('ask', '--base-url', base, '--model', 'openai:scripted', '--trace', str(tmp_path/'t.jsonl'),
                    'Where are the payments?', cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert '  ! retry: ' in r.stdout
@@ -117,23 +118,23 @@ def test_data_build_validates_and_reuses(tmp_path):
     "`reach data build` builds, then reuses an identical dataset unless --force."
     from reach_nb.risk_data import read_meta
     db = tmp_path/'small.duckdb'
-    r = _reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), cwd=tmp_path)
+    r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert int(read_meta(db)['seed']) == 3
     built = db.stat().st_mtime_ns
-    r = _reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), cwd=tmp_path)
+    r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), cwd=tmp_path)
     assert r.returncode == 0 and db.stat().st_mtime_ns == built
     assert 'reusing' in (r.stdout + r.stderr).lower()
-    r = _reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), '--force', cwd=tmp_path)
+    r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), '--force', cwd=tmp_path)
     assert r.returncode == 0 and db.stat().st_mtime_ns != built
 
 
 def test_demo_with_a_failing_model_exits_1_and_keeps_the_good_trace(tmp_path):
-    r = _reach('demo', cwd=tmp_path)
+    r = run_reach('demo', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     good = (tmp_path/'traces'/'demo.jsonl').read_text()
-    nowhere = f'http://127.0.0.1:{_free_port()}/v1'  # nothing listens there: every call fails
-    r = _reach('demo', cwd=tmp_path, env=_env(REACH_BASE_URL=nowhere, REACH_REQUEST_TIMEOUT='1'))
+    nowhere = f'http://127.0.0.1:{free_port()}/v1'  # nothing listens there: every call fails
+    r = run_reach('demo', cwd=tmp_path, env=clean_env(REACH_BASE_URL=nowhere, REACH_REQUEST_TIMEOUT='1'))
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert '== stopped: llm_error' in r.stdout and 'Traceback' not in r.stderr
     assert (tmp_path/'traces'/'demo.jsonl').read_text() == good
@@ -142,7 +143,7 @@ def test_demo_with_a_failing_model_exits_1_and_keeps_the_good_trace(tmp_path):
 
 def test_serve_model_wire_option_shapes_the_replies(tmp_path):
     spec = _script(tmp_path, DONE)
-    with _served(spec, '--wire', 'think') as base:
+    with served(spec, '--wire', 'think') as base:
         r = httpx.post(f'{base}/chat/completions', json={'model': 'm', 'messages': [{'role': 'user', 'content': 'hi'}]})
     content = r.json()['choices'][0]['message']['content']
     assert content.startswith('<think>') and content.rstrip().endswith(DONE), content

@@ -1,14 +1,13 @@
 """`reach eval` as a user runs it, in a subprocess: against `reach serve-model --model sim-analyst` over real HTTP
 (`--model openai:sim-analyst`), the ablation grid, a second run that reuses the results, and a bad task file."""
-import os, re, shutil, socket, subprocess, time
-from contextlib import contextmanager
+import re, subprocess
 
-import httpx, pytest
+import pytest
 
 from reach_nb.eval import Results
 from reach_nb.risk_data import build_dataset
 
-REACH = shutil.which('reach') or pytest.fail('the `reach` console script is not installed: pip install -e .')
+from reach_cli import REACH, clean_env, served
 
 
 @pytest.fixture(scope='module')
@@ -17,39 +16,15 @@ def small_db(tmp_path_factory):
     return build_dataset(tmp_path_factory.mktemp('data')/'risk.duckdb', rows=100_000)
 
 
-def _env(db=None):
-    env = {k: v for k, v in os.environ.items() if not (k.startswith('REACH_') or k == 'OPENAI_API_KEY')}
-    return env | ({'REACH_DATA_DB': str(db)} if db else {})
+def _env(db=None): return clean_env(**({'REACH_DATA_DB': str(db)} if db else {}))
 
 
 def _reach(*args, cwd, db=None, timeout=600):
     return subprocess.run([REACH, *args], cwd=cwd, env=_env(db), capture_output=True, text=True, timeout=timeout)
 
 
-def _free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
-@contextmanager
-def _served(model:str):
-    "`reach serve-model --model MODEL` in its own process; yields its base URL."
-    port = _free_port()
-    proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port)], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f'http://127.0.0.1:{port}/v1'
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
-            except httpx.HTTPError: time.sleep(0.1)
-        else: pytest.fail(f'serve-model did not start: {proc.poll()}')
-        yield base
-    finally:
-        proc.terminate(); proc.wait(10)
-
-
 def test_reach_eval_over_http_prints_the_level_table(tmp_path, small_db):
-    with _served('sim-analyst') as base:
+    with served('sim-analyst') as base:
         r = _reach('eval', '--model', 'openai:sim-analyst', '--base-url', base, '--level', '3', '--out', 'ev',
                    '--concurrency', '3', cwd=tmp_path, db=small_db)
     assert r.returncode == 0, r.stderr
