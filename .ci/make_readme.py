@@ -2,7 +2,8 @@
 
 Markdown cells are copied; code cells become fenced Python followed by their stored outputs (markdown
 as is, text in a plain fence). Hidden cells (`#| hide`) and cell directives (`#| ...`) are left out.
-`--check` exits 1 when README.md differs from what the notebook gives.
+`--check` exits 1 when README.md differs from what the notebook gives, or when a command given after it (the
+test command `.ci/run` runs) is not in the README word for word.
 """
 import json, sys
 from pathlib import Path
@@ -33,4 +34,6 @@ if __name__ == '__main__':
     if '--check' in sys.argv:
         if not out.exists() or out.read_text(encoding='utf-8') != text:
             sys.exit('README.md is out of date with nbs/index.ipynb: run `python .ci/make_readme.py` and commit.')
+        for cmd in sys.argv[sys.argv.index('--check') + 1:]:
+            if f'\n{cmd}\n' not in text: sys.exit(f'README.md does not give the command .ci/run runs: {cmd}')
     else: out.write_text(text, encoding='utf-8')
