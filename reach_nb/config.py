@@ -5,12 +5,14 @@
 # %% ../nbs/01_config.ipynb #3f376116
 from __future__ import annotations
 import math, os, re
+from importlib import resources
 from dataclasses import dataclass, fields
 from pathlib import Path
 from .core import UserError
 
 # %% auto #0
-__all__ = ['Settings', 'read_ini', 'find_settings_file', 'load_settings', 'project_root', 'resolve_path', 'data_path']
+__all__ = ['Settings', 'read_ini', 'find_settings_file', 'load_settings', 'project_root', 'resolve_path', 'cache_dir',
+           'data_path', 'shipped']
 
 # %% ../nbs/01_config.ipynb #45c1b1f4
 @dataclass
@@ -24,8 +26,8 @@ class Settings:
     tool_timeout: float = 30.0   # seconds per tool call
     request_timeout: float = 60.0  # seconds to wait for each model request
     max_observation_chars: int = 4000
-    data_dir: str = 'data'
-    trace_dir: str = 'traces'
+    data_dir: str = ''           # generated data (sample datasets, long-term memory); empty = the user cache folder
+    trace_dir: str = 'traces'    # traces, sessions and eval results; relative = from the project, else the working folder
     duckdb_threads: int = 0      # threads for the analysis tools' DuckDB connection; 0 = DuckDB's default (all cores)
     duckdb_memory_limit: str = '300MB'  # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
     api_key: str = ''            # only from the environment
@@ -120,17 +122,27 @@ def load_settings(path:Path|None=None, # a settings.ini; default: `find_settings
 
 # %% ../nbs/01_config.ipynb #80fb8541
 def project_root() -> Path|None:
-    "The folder of the nearest `settings.ini`, else the checkout the package runs from, else None."
-    if f := find_settings_file(): return f.parent
-    import reach_nb
-    pkg_parent = Path(reach_nb.__file__).resolve().parent.parent
-    return pkg_parent if (pkg_parent/'settings.ini').exists() else None
+    "The folder of the nearest `settings.ini`, or None when there is none."
+    f = find_settings_file()
+    return f.parent if f else None
 
 def resolve_path(p:str|Path) -> Path:
-    "`p` as an absolute path: relative paths are taken from the project root, or from `~/.cache/reach_nb`."
+    "`p` as an absolute path: a relative one is taken from the project root, else from the working folder."
     p = Path(p).expanduser()
-    return p if p.is_absolute() else (project_root() or Path.home()/'.cache'/'reach_nb')/p
+    return p if p.is_absolute() else (project_root() or Path.cwd())/p
+
+def cache_dir() -> Path:
+    "The per-user cache folder: `$XDG_CACHE_HOME/reach_nb`, else `~/.cache/reach_nb`."
+    return Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache').expanduser()/'reach_nb'
 
 def data_path(*parts, settings:Settings|None=None) -> Path:
-    "A path inside the configured data folder."
-    return resolve_path((settings or load_settings()).data_dir).joinpath(*parts)
+    "A path inside the folder for generated data: the `data_dir` setting, else `cache_dir()`."
+    d = (settings or load_settings()).data_dir
+    return (resolve_path(d) if d else cache_dir()).joinpath(*parts)
+
+# %% ../nbs/01_config.ipynb #4e9551e9
+def shipped(*parts) -> Path:
+    "A file or folder that ships inside the package: knowledge base, eval tasks, pipelines, labelled sets."
+    try: root = Path(str(resources.files('reach_nb.data')))
+    except ModuleNotFoundError: root = Path(__file__).resolve().parent.parent/'data'  # the source tree, not installed
+    return root.joinpath(*parts)

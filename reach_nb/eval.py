@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 import reach_nb
 from .core import *
-from .config import data_path, load_settings, resolve_path
+from .config import data_path, load_settings, resolve_path, shipped
 from .llm import ChatModel, FaultyLLM, get_model
 from .parse import parse_json
 from .react import SAFEGUARDS
@@ -57,9 +57,8 @@ class Task(BaseModel):
 
 # %% ../nbs/41_eval.ipynb #fd31baa1
 def eval_dir() -> Path:
-    "The folder of the evaluation data (`data/eval`): from the settings' data dir, else beside the package's checkout."
-    p = data_path('eval')
-    return p if p.is_dir() else Path(reach_nb.__file__).resolve().parent.parent/'data'/'eval'
+    "The folder of the evaluation data (tasks, schema), shipped with the package (`data/eval` in the checkout)."
+    return shipped('eval')
 
 def task_schema() -> dict:
     "The JSON Schema a task must satisfy."

@@ -15,7 +15,7 @@ import duckdb, numpy as np
 from fastcore.basics import patch
 from pydantic import BaseModel, field_validator
 
-from .config import data_path, load_settings
+from .config import data_path, load_settings, shipped
 from .core import UserError
 
 # %% auto #0
@@ -533,7 +533,7 @@ def remember(self:LongTermMemory, events:list[KeyEvent], # from `key_events`
 # %% ../nbs/08_recall.ipynb #60eb7214
 def load_pairs(path:str|Path|None=None) -> tuple[list[dict], list[dict]]:
     "The labelled set: its memories (id, kind, lang, text) and questions (text, answers: memory ids, how asked)."
-    path = Path(path) if path else data_path('memory', 'recall_pairs.jsonl')
+    path = Path(path) if path else shipped('memory', 'recall_pairs.jsonl')
     if not path.exists(): raise UserError('no labelled set', str(path), 'give the path of a recall_pairs.jsonl')
     rows = [json.loads(l) for l in path.read_text(encoding='utf-8').splitlines() if l.strip()]
     return [r for r in rows if r['type'] == 'memory'], [r for r in rows if r['type'] == 'question']

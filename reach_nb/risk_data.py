@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 from tqdm import tqdm
 import reach_nb
-from .config import data_path
+from .config import data_path, shipped
 from .core import UserError
 try: import fcntl
 except ImportError: fcntl = None  # Windows: builds of one path are not serialised
@@ -379,9 +379,8 @@ def default_db_path() -> Path:
     return data_path('generated', 'risk.duckdb')
 
 def kb_dir() -> Path:
-    "The knowledge-base folder (`data/kb`): from the settings' data dir, else beside the package's checkout."
-    p = data_path('kb')
-    return p if p.is_dir() else Path(reach_nb.__file__).resolve().parent.parent/'data'/'kb'
+    "The knowledge-base folder, shipped with the package (`data/kb` in the checkout)."
+    return shipped('kb')
 
 def load_kb(folder:Path|None=None) -> dict[str, str]:
     "The knowledge-base documents as {name: markdown}, sorted by name."

@@ -14,7 +14,7 @@ from typing import Callable, Literal, NamedTuple
 import duckdb
 from fastcore.basics import patch
 from pydantic import BaseModel
-from .config import data_path, load_settings
+from .config import data_path, load_settings, shipped
 from .core import UserError
 from .tools import Tool, ToolRegistry, schema_label, short_repr, suggest_name
 
@@ -1070,7 +1070,7 @@ def _default_db() -> Path:
 
 def _default_kb() -> Path:
     try: from reach_nb.risk_data import kb_dir
-    except ImportError: return data_path('kb')
+    except ImportError: return shipped('kb')
     return Path(kb_dir())
 
 # %% ../nbs/21_risk_tools.ipynb #e2956e62

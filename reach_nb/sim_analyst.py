@@ -16,7 +16,7 @@ import reach_nb.pipeline as pipelines
 from . import dag, plan_execute, rewoo, router
 from .core import Run, UserError
 from .llm import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
-from .config import data_path, load_settings
+from .config import data_path, load_settings, shipped
 from .tools import ToolRegistry
 from .react import ReActAgent
 from .risk_data import ensure_dataset
@@ -1362,9 +1362,8 @@ def data_note(ws:RiskWorkspace) -> str:
 AGENTS = ('react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline', 'chat')  # the architectures, by name
 
 def example_pipeline() -> Path:
-    "The think -> act -> observe pipeline's YAML file, in the data folder."
-    p = data_path('pipelines', 'think_act_observe.yaml')
-    return p if p.exists() else Path(reach_nb.__file__).resolve().parent.parent/'data'/'pipelines'/p.name
+    "The think -> act -> observe pipeline's YAML file, shipped with the package (`data/pipelines` in the checkout)."
+    return shipped('pipelines', 'think_act_observe.yaml')
 
 def make_agent(name:str, # one of `AGENTS`
                llm:ChatModel, # the model, in every role
