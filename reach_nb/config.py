@@ -4,15 +4,16 @@
 
 # %% ../nbs/01_config.ipynb #3f376116
 from __future__ import annotations
-import math, os, re
+import math, os, re, stat
+import yaml
 from importlib import resources
 from dataclasses import dataclass, fields
 from pathlib import Path
 from .core import UserError
 
 # %% auto #0
-__all__ = ['Settings', 'read_ini', 'find_settings_file', 'load_settings', 'project_root', 'resolve_path', 'cache_dir',
-           'data_path', 'shipped']
+__all__ = ['MAX_FILE_BYTES', 'MAX_YAML_NODES', 'MAX_YAML_DEPTH', 'Settings', 'read_ini', 'find_settings_file', 'load_settings',
+           'project_root', 'resolve_path', 'cache_dir', 'data_path', 'shipped', 'read_capped', 'check_yaml']
 
 # %% ../nbs/01_config.ipynb #45c1b1f4
 @dataclass
@@ -146,3 +147,52 @@ def shipped(*parts) -> Path:
     try: root = Path(str(resources.files('reach_nb.data')))
     except ModuleNotFoundError: root = Path(__file__).resolve().parent.parent/'data'  # the source tree, not installed
     return root.joinpath(*parts)
+
+# %% ../nbs/01_config.ipynb #aba1ccb9
+MAX_FILE_BYTES = 1_000_000  # the largest settings, pipeline, prompt or task file read
+
+def _open_regular(path:Path, limit:int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, 'rb') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise ValueError('not a regular file')
+        data = f.read(limit + 1)
+    if len(data) > limit: raise ValueError(f'larger than {limit:,} bytes')
+    return data
+
+def read_capped(path:str|Path, # the file
+                limit:int=MAX_FILE_BYTES, # bytes at most
+                inside:str|Path|None=None) -> str: # when given, the file must resolve inside this folder
+    "The UTF-8 text of the regular file `path`; `OSError` or a `ValueError` saying why it cannot be read."
+    path = Path(path)
+    if inside is not None and not path.resolve().is_relative_to(Path(inside).resolve()):
+        raise ValueError(f'outside the folder {inside}')
+    try: return _open_regular(path, limit).decode('utf-8')
+    except UnicodeDecodeError: raise ValueError('not UTF-8 text') from None
+
+# %% ../nbs/01_config.ipynb #5882b718
+MAX_YAML_NODES = 100_000  # values a YAML text may hold, each alias counted as the whole value it names
+MAX_YAML_DEPTH = 64       # levels of nesting
+
+def _yaml_refused(e, what:str, where:str):
+    raise UserError(f'the YAML {what}', f'{where}:{e.start_mark.line + 1}', 'write the data out plainly: no deep '
+                    'nesting and no aliases (*name) that multiply it')
+
+def check_yaml(text:str, # the YAML text
+               where:str): # the file it came from, named in errors
+    "Refuse YAML nested past `MAX_YAML_DEPTH`, expanding past `MAX_YAML_NODES` or referring to itself; bad syntax raises `yaml.YAMLError`."
+    sizes, open_, total = {}, [], 0  # expanded size of each anchor; the collections open now; values so far
+    for e in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(e, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            total += 1
+            open_.append((e.anchor, total))
+            if len(open_) > MAX_YAML_DEPTH: _yaml_refused(e, f'nests deeper than {MAX_YAML_DEPTH} levels', where)
+        elif isinstance(e, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, start = open_.pop()
+            if anchor: sizes[anchor] = total - start + 1
+        elif isinstance(e, yaml.ScalarEvent):
+            total += 1
+            if e.anchor: sizes[e.anchor] = 1
+        elif isinstance(e, yaml.AliasEvent):
+            if any(a == e.anchor for a, _ in open_): _yaml_refused(e, f'alias *{e.anchor} refers to itself', where)
+            total += sizes.get(e.anchor, 1)
+        if total > MAX_YAML_NODES: _yaml_refused(e, f'expands to more than {MAX_YAML_NODES:,} values', where)

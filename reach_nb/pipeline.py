@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Iterator
 import yaml
 from fastcore.basics import patch
 from .core import *
+from .config import check_yaml, read_capped
 from .parse import split_reasoning
 from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
@@ -19,11 +20,11 @@ from .react import call_usage, default_registry, llm_error_safeguards, retried_n
 from .plan import ask_json, run_plan
 
 # %% auto #0
-__all__ = ['WHEN', 'OUTPUTS', 'CHANNELS', 'STAGE_PLACEHOLDERS', 'STAGE_KEYS', 'PIPELINE_KEYS', 'MAX_ITERATIONS', 'TOOL_FORMAT',
-           'FINAL_FORMAT', 'JSON_FORMAT', 'HEARTBEAT_FORMAT', 'MAX_FLOW_CHARS', 'MAX_HISTORY_CHARS', 'MAX_CALLS',
-           'Stage', 'check_placeholders', 'Pipeline', 'pipeline_from_dict', 'load_pipeline', 'stage_format',
-           'wants_json', 'tools_text', 'stage_prompt', 'stage_messages', 'text_step', 'channels', 'PipelineAgent',
-           'final_of']
+__all__ = ['WHEN', 'OUTPUTS', 'CHANNELS', 'STAGE_PLACEHOLDERS', 'STAGE_KEYS', 'PIPELINE_KEYS', 'MAX_ITERATIONS',
+           'MAX_PROMPT_BYTES', 'TOOL_FORMAT', 'FINAL_FORMAT', 'JSON_FORMAT', 'HEARTBEAT_FORMAT', 'MAX_FLOW_CHARS',
+           'MAX_HISTORY_CHARS', 'MAX_CALLS', 'Stage', 'check_placeholders', 'Pipeline', 'pipeline_from_dict',
+           'load_pipeline', 'stage_format', 'wants_json', 'tools_text', 'stage_prompt', 'stage_messages', 'text_step',
+           'channels', 'PipelineAgent', 'final_of']
 
 # %% ../nbs/15_pipeline.ipynb #575d4692
 WHEN = ('before', 'loop', 'after')  # when a stage runs: once before the loop, in it, once after it
@@ -99,15 +100,18 @@ def _cap(v, where:str) -> int:
                         'write e.g. max_iterations: 5')
     return v
 
-def _read_text(f:Path, what:str, where:str) -> str:
-    "The text of a file the YAML names; a `UserError` naming both if it cannot be read."
-    try: return f.read_text(encoding='utf-8')
+MAX_PROMPT_BYTES = 100_000  # the largest prompt or system file a pipeline may name
+
+def _read_text(f:Path, what:str, where:str, base:Path) -> str:
+    "The text of a file the YAML names, inside the pipeline's folder `base`; a `UserError` naming both if not."
+    try: return read_capped(f, MAX_PROMPT_BYTES, inside=base)
     except FileNotFoundError:
         raise UserError(f"the {what} file {f} does not exist", where, 'create it, or fix the path: it is relative to '
                         'the YAML file') from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read the {what} file {f} ({type(e).__name__})", where,
-                        'give a UTF-8 text file') from None
+    except (OSError, ValueError) as e:
+        why = e if isinstance(e, ValueError) else type(e).__name__
+        raise UserError(f"cannot read the {what} file {f} ({why})", where, "give a UTF-8 text file in the pipeline's "
+                        f"folder, of at most {MAX_PROMPT_BYTES:,} bytes") from None
 
 # %% ../nbs/15_pipeline.ipynb #7f07bc0d
 def _template(d:dict, base:Path, where:str) -> tuple[str, str]:
@@ -119,7 +123,7 @@ def _template(d:dict, base:Path, where:str) -> tuple[str, str]:
         raise UserError(f"{key}: {d[key]!r} is not a file name or text", where, f"give {key}: as text")
     if key == 'template': return d['template'], where
     f = base / d['prompt']
-    return _read_text(f, 'prompt', where), str(f)
+    return _read_text(f, 'prompt', where, base), str(f)
 
 def _stage_where(d, n:int, src:str) -> str:
     "How errors name stage `n` of the file `src`; a `UserError` if it is not a mapping with a usable name."
@@ -189,19 +193,22 @@ def pipeline_from_dict(d:dict, # the content of a pipeline's YAML file
     _unknown_keys(d, PIPELINE_KEYS, source)
     base, system = Path(base), d.get('system') or ''
     if not isinstance(system, str): raise UserError(f"system: {system!r} is not a file name", source, 'give a path')
-    system = check_placeholders(_read_text(base / system, 'system', source), str(base / system)) if system else ''
+    system = check_placeholders(_read_text(base / system, 'system', source, base), str(base / system)) if system else ''
     return Pipeline(str(d.get('name') or Path(source).stem), _stages(d.get('stages'), base, source),
                     _cap(d.get('max_iterations', 5), source), system, str(d.get('description') or ''), source)
 
 # %% ../nbs/15_pipeline.ipynb #a1a5f09f
 def _yaml(path:Path):
     "The content of a YAML file; a `UserError` naming the file (and the line) if it cannot be read."
-    try: text = path.read_text(encoding='utf-8')
+    try: text = read_capped(path)
     except FileNotFoundError:
         raise UserError(f"no file {path}", str(path), 'give the path of a pipeline YAML file') from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read {path} ({type(e).__name__})", str(path), 'give a UTF-8 YAML file') from None
-    try: return yaml.safe_load(text)
+    except (OSError, ValueError) as e:
+        why = e if isinstance(e, ValueError) else type(e).__name__
+        raise UserError(f"cannot read {path} ({why})", str(path), 'give a UTF-8 YAML file') from None
+    try:
+        check_yaml(text, str(path))
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -3,7 +3,7 @@ JSON mode, tools) follows the file; a stage added to the file is an extra call; 
 never finishes; a heartbeat does not end the loop; the user, flow and error channels stay apart; and each mistake
 in the file is one error naming the file and the problem, found before any model call. The models are scripted
 and record every call; one test goes over real HTTP to the local model server with the real `openai` client."""
-import shutil
+import os, shutil
 from pathlib import Path
 
 import pytest
@@ -225,3 +225,40 @@ def test_over_http_each_stage_reaches_the_server_with_its_settings():
     assert (run.stop_reason, run.answer, run.usage.tool_calls) == ('answer', ANSWER, 2)
     assert [(c['temperature'], c['json_mode']) for c in backing.calls] == [(0.7, False), (0.1, True), (0.2, True)] * 2
     assert backing.calls[0]['messages'][0]['content'].startswith('You are one stage of an agent')
+
+
+BOMB = 'a: &a [x, x, x, x, x, x, x, x, x, x]\n' + ''.join(
+    f'{chr(98 + i)}: &{chr(98 + i)} [' + ', '.join([f'*{chr(97 + i)}'] * 10) + ']\n' for i in range(8))
+
+
+@pytest.mark.parametrize('text, words', [
+    (BOMB, 'the YAML expands to more than 100,000 values'),
+    ('name: deep\nstages: ' + '[' * 100_000 + ']' * 100_000 + '\n', 'the YAML nests deeper than'),
+    ('stages: &s [{name: think, when: loop, template: "x", more: *s}]\n', 'the YAML alias *s refers to itself')])
+def test_yaml_that_would_hang_or_blow_the_stack_is_refused_with_one_line(folder, text, words):
+    path = folder / 'bad.yaml'
+    path.write_text(text)
+    with pytest.raises(UserError) as e: load_pipeline(path)
+    assert str(e.value).startswith(words) and f'{path}:' in str(e.value) and '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('prompt', ['/etc/passwd', '../../../../../../../../etc/passwd', 'secret.md', 'fifo.md',
+                                    '/dev/zero'])
+def test_prompt_files_outside_the_folder_or_not_regular_never_reach_the_model(folder, prompt):
+    secret = folder.parent / 'secret.txt'
+    secret.write_text('the password is hunter2')
+    (folder / 'secret.md').symlink_to(secret)
+    os.mkfifo(folder / 'fifo.md')
+    path = edit(folder, lambda d: d['stages'][0].update(prompt=prompt))
+    llm = ScriptedLLM([])
+    with pytest.raises(UserError) as e: PipelineAgent(llm, [population], path)
+    assert 'cannot read the prompt file' in str(e.value) and llm.calls == []
+
+
+def test_a_hostile_pipeline_is_one_error_line_from_the_cli(folder):
+    from reach_cli import run_reach
+    (folder / 'bomb.yaml').write_text(BOMB)
+    r = run_reach('ask', '--model', 'sim-analyst', '--agent', 'pipeline', '--pipeline', 'bomb.yaml', 'Why?',
+                  cwd=folder, timeout=60)
+    assert r.returncode != 0 and r.stderr.startswith('Error: the YAML expands to more than') and \
+        r.stderr.count('\n') == 1, r.stderr
