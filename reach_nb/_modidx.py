@@ -1058,6 +1058,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'reach_nb.recall._mismatch': ('recall.html#_mismatch', 'reach_nb/recall.py'),
                                  'reach_nb.recall._ms': ('recall.html#_ms', 'reach_nb/recall.py'),
                                  'reach_nb.recall._plain': ('recall.html#_plain', 'reach_nb/recall.py'),
+                                 'reach_nb.recall._query': ('recall.html#_query', 'reach_nb/recall.py'),
                                  'reach_nb.recall._row_memory': ('recall.html#_row_memory', 'reach_nb/recall.py'),
                                  'reach_nb.recall._small_meta': ('recall.html#_small_meta', 'reach_nb/recall.py'),
                                  'reach_nb.recall._unique': ('recall.html#_unique', 'reach_nb/recall.py'),

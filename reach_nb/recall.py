@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from pydantic import BaseModel, field_validator
 
 from .config import data_path, load_settings, shipped
-from .core import UserError
+from .core import UserError, valid_text
 
 # %% auto #0
 __all__ = ['MemoryKind', 'KINDS', 'MAX_TEXT', 'MAX_SESSION', 'MAX_META', 'Hit', 'Memory', 'Embedder', 'tokens', 'HashEmbedder',
@@ -30,8 +30,8 @@ KINDS = MemoryKind.__args__
 MAX_TEXT, MAX_SESSION, MAX_META = 1000, 100, 2000  # characters: a memory's text, its session id, its metadata as JSON
 
 def _cut(s, n:int) -> str:
-    "`s` as text without NULs or edge space, cut to `n` characters (ending in '…' when cut)."
-    s = str(s).replace('\x00', '').strip()
+    "`s` as text that encodes as UTF-8, without NULs or edge space, cut to `n` characters (ending in '…' when cut)."
+    s = valid_text(str(s)).replace('\x00', '').strip()
     return s if len(s) <= n else s[:n - 1].rstrip() + '…'
 
 def _small_meta(meta) -> dict:
@@ -282,8 +282,16 @@ def _row_memory(r) -> Memory:
                   meta=json.loads(r[5] or '{}'))
 
 def _vec(vec, dim:int) -> np.ndarray:
-    "`vec` as a unit-length float32 vector of length `dim`."
-    return _unit(np.asarray(vec, np.float32).reshape(dim))
+    "`vec` as a unit-length float32 vector of length `dim`; a `ValueError` for NaN, infinite or all-zero values."
+    v = np.asarray(vec, np.float32).reshape(dim)
+    if not np.isfinite(v).all() or not v.any():
+        raise ValueError("a memory's vector must be finite and not all zero (NaN would rank first on every recall)")
+    return _unit(v)
+
+def _query(vec, dim:int) -> np.ndarray|None:
+    "A question's vector as `_vec` gives it, or None when it has no direction (nothing can be similar to it)."
+    try: return _vec(vec, dim)
+    except ValueError: return None
 
 @patch
 def add(self:DuckDBMemoryStore, mem:Memory, vec:np.ndarray):
@@ -296,9 +304,10 @@ def add(self:DuckDBMemoryStore, mem:Memory, vec:np.ndarray):
 @patch
 def search(self:DuckDBMemoryStore, vec:np.ndarray, k:int=5, threshold:float=-1.0) -> list[Hit]:
     "The `k` memories most similar to `vec`, at least `threshold`, best first: each with its score and vector."
+    if (q := _query(vec, self.dim)) is None: return []
     sql = f'''SELECT {_COLS}, vec, s FROM (SELECT *, array_cosine_similarity(vec, ?::FLOAT[{self.dim}]) AS s FROM memories)
              WHERE s >= ? ORDER BY s DESC, id LIMIT ?'''
-    rows = self._sql(sql, [_vec(vec, self.dim), float(threshold), int(k)])
+    rows = self._sql(sql, [q, float(threshold), int(k)])
     return [(_row_memory(r), float(r[7]), np.asarray(r[6], np.float32)) for r in rows]
 
 # %% ../nbs/08_recall.ipynb #95921bda
@@ -348,10 +357,10 @@ def _hash_memory(h:dict) -> Memory:
 @patch
 def add(self:RedisMemoryStore, mem:Memory, vec:np.ndarray):
     "Store `mem` with its vector; a memory with the same id is kept as it was."
-    key = self._key('m', mem.id)
+    key, vec = self._key('m', mem.id), _vec(vec, self.dim)
     if not self.r.hsetnx(key, 'id', mem.id): return
     fields = {'kind': mem.kind, 'text': mem.text, 'session_id': mem.session_id, 'created': mem.created.isoformat(),
-              'meta': json.dumps(mem.meta, ensure_ascii=False), 'vec': _vec(vec, self.dim).tobytes()}
+              'meta': json.dumps(mem.meta, ensure_ascii=False), 'vec': vec.tobytes()}
     self.r.pipeline().hset(key, mapping=fields).rpush(self._key('order'), mem.id).execute()
 
 @patch
@@ -371,8 +380,8 @@ def search(self:RedisMemoryStore, vec:np.ndarray, k:int=5, threshold:float=-1.0)
     "The `k` memories most similar to `vec`, at least `threshold`, best first: each with its score and vector."
     self._sync()
     with self._lock: ids, mat = self._ids, self._mat
-    if not ids: return []
-    s = mat @ _vec(vec, self.dim)   # rows are unit length: this is the cosine
+    if not ids or (q := _query(vec, self.dim)) is None: return []
+    s = mat @ q   # rows are unit length: this is the cosine
     top = np.argpartition(-s, k - 1)[:k] if len(s) > k else np.arange(len(s))
     top = [i for i in sorted(top, key=lambda i: (-s[i], ids[i])) if s[i] >= threshold]
     p = self.r.pipeline()

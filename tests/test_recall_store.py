@@ -130,6 +130,23 @@ def test_size_caps(backend):
         assert len(ltm.render(many)) <= 1200 and len(ltm.render(many, max_chars=300)) <= 300
 
 
+def test_lone_surrogates_are_cleaned_and_non_finite_vectors_refused(backend):
+    with filled(backend()) as ltm:
+        mid = ltm.add('Channel c31 \ud800 is a reseller \udfff of gems', 'finding', session_id='s\udc80',
+                      meta={'note\ud83d': 'x\udbff'})
+        m = ltm.store.get(mid)
+        assert m.text == 'Channel c31 \ufffd is a reseller \ufffd of gems' and m.session_id == 's\ufffd'
+        assert m.meta == {'note\ufffd': 'x\ufffd'} and json.dumps(m.meta).encode('utf-8')
+        assert ltm.recall('c31 reseller', k=1)[0].memory.id == mid
+        before, dim, top = len(ltm), ltm.embedder.dim, [r.memory.id for r in ltm.recall('currency', k=3)]
+        m2 = Memory(id='nan', kind='note', text='a NaN vector', created=m.created)
+        for bad in ([float('nan')] * dim, [float('inf')] + [0.1] * (dim - 1), [0.0] * dim):
+            with pytest.raises(ValueError, match='must be finite and not all zero'): ltm.store.add(m2, bad)
+        assert len(ltm) == before and ltm.store.get('nan') is None
+        assert [r.memory.id for r in ltm.recall('currency', k=3)] == top
+        assert ltm.store.search([float('nan')] * dim, k=3) == ltm.store.search([0.0] * dim, k=3) == []
+
+
 def test_memories_outlive_the_connection(backend):
     with filled(backend()) as ltm: ids = {ltm.add(t, k) for t, k in FACTS}
     with LongTermMemory(backend()) as again:   # a new connection / client
