@@ -28,12 +28,12 @@ from .sim_analyst import AGENTS, data_note, make_agent, risk_tools
 # %% auto #0
 __all__ = ['JUDGE_PROMPT', 'GRADERS', 'REGISTRY_SAFEGUARDS', 'NOT_SIMULATED', 'ABLATIONS', 'RATES', 'Task', 'eval_dir',
            'task_schema', 'task_files', 'check_task', 'read_tasks', 'load_tasks', 'data_params', 'truth_rows',
-           'compute_truth', 'incident_rows', 'Grade', 'normal_text', 'exact', 'numbers', 'numeric', 'set_grade',
-           'mentions', 'contains', 'judge_grade', 'grade', 'switchable', 'build_agent', 'EvalConfig', 'run_seed',
-           'make_model', 'said_not_simulated', 'run_status', 'format_counts', 'run_row', 'run_one', 'run_key',
-           'Results', 'trace_path', 'evaluate', 'wilson', 'metrics', 'summary', 'text_table', 'level_table',
-           'safeguard_table', 'ablation_name', 'ablation_configs', 'ablation_variant', 'ablation_cells',
-           'ablation_table', 'default_out', 'rows_of', 'eval_cli']
+           'compute_truth', 'incident_rows', 'Grade', 'normal_text', 'exact', 'numbers', 'numeric', 'claims',
+           'none_claim', 'set_grade', 'mentions', 'contains', 'judge_grade', 'without_question', 'grade', 'switchable',
+           'build_agent', 'EvalConfig', 'run_seed', 'make_model', 'said_not_simulated', 'run_status', 'format_counts',
+           'run_row', 'run_one', 'run_key', 'Results', 'trace_path', 'evaluate', 'wilson', 'declined', 'metrics',
+           'summary', 'text_table', 'level_table', 'safeguard_table', 'ablation_name', 'ablation_configs',
+           'ablation_variant', 'ablation_cells', 'ablation_table', 'default_out', 'rows_of', 'eval_cli']
 
 # %% ../nbs/41_eval.ipynb #675b35a2
 class Task(BaseModel):
@@ -88,9 +88,10 @@ def check_task(raw, # one task as read from a file
     tid = raw.get('id', '?') if isinstance(raw, dict) else '?'
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(task_schema()).iter_errors(raw))
     if err is not None: raise UserError(f"task {tid!r}: {_problem(err)}", where, _TODO)
-    if (p := raw['grader'].get('pattern')) is not None:
+    for key in ('pattern', 'subject'):
+        if (p := raw['grader'].get(key)) is None: continue
         try: re.compile(p)
-        except re.error as e: raise UserError(f"task {tid!r}: grader.pattern {p!r} is not a regular expression ({e})",
+        except re.error as e: raise UserError(f"task {tid!r}: grader.{key} {p!r} is not a regular expression ({e})",
                                               where, 'write a Python regular expression') from None
     return Task(**raw, source=where)
 
@@ -226,7 +227,12 @@ def exact(answer:str, rows:list[tuple]) -> Grade:
 _NUMBER = re.compile(r'(?<![\w.])([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(%|万|亿|million|thousand|billion)?',
                      re.I)
 _SCALE = {None: 1, '%': 0.01, '万': 1e4, '亿': 1e8, 'million': 1e6, 'thousand': 1e3, 'billion': 1e9}
-_DATE = re.compile(r'\d{4}-\d{1,2}-\d{1,2}|\d{4}/\d{1,2}/\d{1,2}|\d{4}年\d{1,2}月(?:\d{1,2}日)?')
+_MONTHS = 'january|february|march|april|may|june|july|august|september|october|november|december'
+_DATE = re.compile(r'\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{4}/\d{1,2}/\d{1,2}|\d{1,2}:\d{2}'
+                   r'|(?:\d{4}\s*年\s*)?\d{1,2}\s*月(?:\s*\d{1,2}\s*[日号])?|\d{4}\s*年'
+                   rf'|\b(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s*\d{{4}})?\b'
+                   rf'|\b\d{{1,2}}\s+(?:{_MONTHS})(?:\s+\d{{4}})?\b'
+                   rf'|\b(?:{_MONTHS})\s+\d{{4}}\b', re.I)
 
 def numbers(text:str) -> list[tuple[float, bool]]:
     "The numbers written in `text`, scaled by their unit, each with whether it was a percentage."
@@ -244,21 +250,42 @@ def numeric(answer:str, rows:list[tuple], rel:float=1e-9, # relative tolerance
                  detail=f"expected {want:g}: " + (f"found {hit:g}" if hit is not None else "no number close to it"))
 
 # %% ../nbs/41_eval.ipynb #9e8e1eb7
-_NONE = re.compile(r"\b(?:no|none|not|nothing|neither|nor|never|zero|without)\b|n't|没有|无|未|不存在|并无|均不|都不",
-                   re.I)
+_THINGS = (r'devices?|muids?|payers?|payer_ids?|accounts?|users?|user_ids?|datasets?|tables?|channels?|games?|items?'
+           r'|设备|账号|用户|付款方|数据集|数据表|渠道|游戏|物品|道具')  # a subject when the task gives none
+_REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|unable|cannot|can't|don't know|do not know|not sure|no answer)\b"
+                      r"|\bcould(?:n't| not)\b(?! find)|无法|不能|不知道|抱歉|对不起|不确定|没有答案", re.I)
+_NEG = (r"\b(?:no|zero|none|neither|nor)\b|(?<![\d.,])0(?![\d.,])|\bnot(?: \w+){0,2} (?:any|a single)\b"
+        r"|n't(?: \w+){0,2} (?:any|a single)\b|没有|没|无|不存在|并无|未|零|均不|都不")
+_AFTER = r"\b(?:none|nothing|not found|no)\b|没有|无|不存在|为\s*0|为零"
+_CLAUSE = re.compile(r'(?<=[!?;。！？；\n])|(?<=\.)(?=\s|$)')
+_COND = re.compile(r'\s*(?:if|whether|unless)\b|\s*(?:如果|若|假如|要是|如有)', re.I)
 
+def claims(answer:str) -> list[str]:
+    "The sentences of `answer` that claim something: not questions, not conditions."
+    parts = [p.strip() for p in _CLAUSE.split(normal_text(answer))]
+    return [p for p in parts if p and not p.endswith(('?', '？')) and not _COND.match(p)]
+
+def none_claim(answer:str, subject:str|None=None) -> bool: # a regex for what there is none of; default `_THINGS`
+    "Whether the answer says plainly that there is none of `subject`: a negation bound to it, in a claim, no refusal."
+    if _REFUSAL.search(normal_text(answer)): return False
+    s = f'(?:{subject or _THINGS})'
+    bound = re.compile(rf'(?:{_NEG})[^!?;。！？；\n]{{0,40}}?{s}|{s}[^!?;。！？；\n]{{0,40}}?(?:{_AFTER})', re.I)
+    return any(bound.search(c) for c in claims(answer))
+
+# %% ../nbs/41_eval.ipynb #d64654aa
 def _found(answer:str, expected:set, pattern:str|None) -> set:
     if pattern: return set(re.findall(pattern, answer))
     return {e for e in expected if mentions(answer, e)}
 
 def set_grade(answer:str, rows:list[tuple], pattern:str|None=None, # a regex matching one entity id
-              min_recall:float=1.0, max_extra:int=0) -> Grade:
-    "Passes when the answer names the expected entities (and no others); for an empty set, when it says so."
+              min_recall:float=1.0, max_extra:int=0,
+              subject:str|None=None) -> Grade: # a regex for what the answer says there is none of, when none is right
+    "Passes when the answer names the expected entities (and no others); for an empty set, when it claims none exist."
     want = {str(r[0]) for r in rows}
     got = _found(str(answer or ''), want, pattern)
     if not want:
-        ok = not got and bool(_NONE.search(str(answer or '')))
-        said = f"named {sorted(got)[:5]}" if got else 'says so' if ok else 'does not say that nothing was found'
+        ok = not got and none_claim(str(answer or ''), subject)
+        said = f"named {sorted(got)[:5]}" if got else 'says so' if ok else 'does not claim that there are none'
         return Grade(passed=ok, score=float(ok), detail=f"expected nothing found: {said}")
     hit, extra = got & want, got - want
     recall, precision = len(hit) / len(want), len(hit) / len(got) if got else 0.0
@@ -305,12 +332,19 @@ def judge_grade(answer:str, rows:list[tuple], rubric:str, judge:ChatModel|None=N
 # %% ../nbs/41_eval.ipynb #1a9d6156
 GRADERS = {'exact': exact, 'numeric': numeric, 'set': set_grade, 'contains': contains}
 
+def without_question(answer:str, question:str|None) -> str:
+    "`answer` with every verbatim repetition of `question` (blanks aside) taken out."
+    words = str(question or '').split()
+    return re.sub(r'\s*'.join(map(re.escape, words)), ' ', answer, flags=re.I) if words else answer
+
 def grade(spec:dict, # the task's grader: {'kind': ..., options}
-          answer:str|None, rows:list[tuple], judge:ChatModel|None=None) -> Grade|None:
+          answer:str|None, rows:list[tuple], judge:ChatModel|None=None,
+          question:str|None=None) -> Grade|None: # the task's question: what the answer repeats of it is not graded
     "Grade `answer` against the expected `rows` with the grader `spec`; None when it cannot be graded."
     kind, opts = spec['kind'], {k: v for k, v in spec.items() if k != 'kind'}
-    if kind == 'judge': return judge_grade(answer or '', rows, judge=judge, **opts)
-    return GRADERS[kind](answer or '', rows, **opts)
+    answer = without_question(answer or '', question)
+    if kind == 'judge': return judge_grade(answer, rows, judge=judge, **opts)
+    return GRADERS[kind](answer, rows, **opts)
 
 # %% ../nbs/41_eval.ipynb #d9d6c6bb
 REGISTRY_SAFEGUARDS = ('suggestions', 'coercion')  # switched in the tool registry, for every agent
@@ -447,7 +481,7 @@ def run_one(task:Task, cfg:EvalConfig, seed:int, db, rows:list[tuple], trace:Pat
         agent = build_agent(cfg.agent, llm, tools, data_note(ws), cfg.max_steps, cfg.context, sg)
         try: run = _stream_to(agent.stream(task.question), trace)
         finally: _close(llm)
-    g = grade(task.grader, run.answer, rows, judge) if run.stop_reason == 'answer' else None
+    g = grade(task.grader, run.answer, rows, judge, task.question) if run.stop_reason == 'answer' else None
     return run_row(task, cfg, seed, run, g, time.perf_counter() - t0, len(getattr(llm, 'injected', [])))
 
 # %% ../nbs/41_eval.ipynb #e5d97f65
@@ -565,13 +599,16 @@ def _mean(xs) -> float|None:
 
 def _share(k:int, n:int) -> dict: return {'k': k, 'n': n, 'p': k / n if n else None, 'ci': wilson(k, n)}
 
+def declined(r:dict) -> bool: return r['status'] == 'not_simulated'
+
 def metrics(rows:list[dict]) -> dict:
     "The metrics of a group of runs: proportions with Wilson intervals, means, safeguard totals by kind."
     n, sums, kinds = len(rows), Counter(), Counter()
-    for r in rows:
+    for r in (r for r in rows if not declined(r)):  # a declined run shows nothing of format or correction
         sums.update({k: r[k] or 0 for k in ('first_try', 'first_try_strict', 'corrections', 'corrections_ok')})
         kinds.update(r['safeguards'])
-    return dict(runs=n, completion=_share(sum(r['status'] == 'passed' for r in rows), n),
+    passed = sum(r['status'] == 'passed' for r in rows)
+    return dict(runs=n, declined=sum(map(declined, rows)), completion=_share(passed, n),
                 statuses=dict(sorted(Counter(r['status'] for r in rows).items())),
                 efficiency=_mean(r['efficiency'] for r in rows),
                 first_try=_share(sums['first_try_strict'], sums['first_try']),
@@ -604,12 +641,12 @@ def text_table(header:list[str], rows:list[list]) -> str:
     line = lambda r: '  '.join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
     return '\n'.join([line(cells[0]), '  '.join('-' * x for x in w), *map(line, cells[1:])])
 
-_LEVEL_HEAD = ['configuration', 'level', 'runs', 'completion (95% CI)', 'not sim.', 'step eff.',
+_LEVEL_HEAD = ['configuration', 'level', 'runs', 'completion (95% CI)', 'declined', 'step eff.',
                'first-try format (95% CI)', 'self-correction', 'tokens', 'calls', 'latency s']
 
 def level_table(rows:list[dict], latency:bool=True) -> str:
     "Per configuration and level, and overall: completion, efficiency, format, self-correction, tokens, calls."
-    out = [[s['config'], s['level'], s['runs'], _pct(s['completion']), s['statuses'].get('not_simulated', 0),
+    out = [[s['config'], s['level'], s['runs'], _pct(s['completion']), s['declined'],
             _num(s['efficiency'], '{:.2f}'), _pct(s['first_try']), _pct(s['self_correction'], ci=False),
             _num(s['tokens']), _num(s['model_calls'], '{:.1f}'), _num(s['latency'], '{:.2f}') if latency else '-']
            for s in summary(rows)]

@@ -24,11 +24,11 @@ from .risk_tools import RiskWorkspace, risk_registry
 
 # %% auto #0
 __all__ = ['CATALOGUE', 'FIGURES', 'PICKS', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'PLANS', 'ROUNDS', 'ANSWERS', 'LOOKUPS', 'ROLES',
-           'AGENTS', 'Seen', 'read_observations', 'read_period', 'period_dates', 'Ask', 'read_ask', 'Question',
-           'read_question', 'cannot_simulate', 'task_steps', 'md_table', 'data_range', 'window', 'look_at_data',
-           'describe_transactions', 'read_playbook', 'check_operators', 'make_procedure', 'make_task', 'run_it',
-           'read_results', 'together', 'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude', 'ask_reply',
-           'answer_ask', 'next_reply', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence',
+           'AGENTS', 'Seen', 'read_observations', 'read_period', 'period_dates', 'Ask', 'read_ask', 'beyond_data',
+           'Question', 'read_question', 'cannot_simulate', 'task_steps', 'md_table', 'data_range', 'window',
+           'look_at_data', 'describe_transactions', 'read_playbook', 'check_operators', 'make_procedure', 'make_task',
+           'run_it', 'read_results', 'together', 'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude',
+           'ask_reply', 'answer_ask', 'next_reply', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence',
            'seen_in_history', 'Ref', 'Move', 'moves', 'complete', 'plan_items', 'plan_note', 'rewoo_plan_text',
            'play_planner', 'play_replanner', 'play_helper', 'told_range', 'play_dag_planner', 'play_join',
            'play_rewoo_planner', 'play_router', 'play_chat', 'play_think', 'planned_calls', 'play_act', 'play_observe',
@@ -175,6 +175,22 @@ def _narrow(text:str) -> bool:
     p = read_period(text) or {}
     return bool(_ids(text) or 'month' in p or 'dates' in p or _ASKING.search(text) and not _INVESTIGATE.search(text))
 
+# %% ../nbs/22_sim_analyst.ipynb #d50c3336
+_FORECAST = re.compile(r'\b(?:forecasts?|predict\w*|projections?|next (?:year|month|quarter)|will (?:be|bring|grow|rise'
+                       r'|fall|reach))\b|预测|预计|预估|预判|展望|明年|下个月|下季度|未来', re.I)
+_YEAR = re.compile(r'(?<!\d)((?:19|20)\d\d)(?!\d)')
+
+def beyond_data(text:str, # the question
+                rng:tuple[date, date]|None=None) -> bool: # the data's first and last day, when known
+    "Does the question ask for a forecast, or (the data's days known) for a year, month or dates outside them?"
+    if _FORECAST.search(text): return True
+    if rng is None: return False
+    if any(not rng[0].year <= int(y) <= rng[1].year for y in _YEAR.findall(text)): return True
+    if not (p := read_period(text)) or 'last' in p: return False
+    try: w = period_dates(p, rng)
+    except ValueError: return True  # no such month or day
+    return w['end'] < str(rng[0]) or w['start'] > str(rng[1])
+
 # %% ../nbs/22_sim_analyst.ipynb #7c0157d6
 _CJK = re.compile(r'[\u4e00-\u9fff]')
 _SPIKE = re.compile(r'jump|spike|surge|rise|rose|increase|grow|上涨|突增|增长|暴涨|激增|涨', re.I)
@@ -193,13 +209,15 @@ class Question:
     days: int  # the window: the last 7 or 30 days of the data
     focus: str|None = None  # 'refund' or 'proxy' when the question names one
 
-def read_question(text:str) -> Question:
+def read_question(text:str, # the question
+                  rng:tuple[date, date]|None=None) -> Question: # the data's first and last day, when known
     "Classify a question with a few keyword patterns (the simulator understands nothing beyond them)."
     focus = next((k for k, p in _FOCUS.items() if p.search(text)), None)
     spike = _SPIKE.search(text) and _MONEY.search(text) and focus is None
     kind = 'spike' if spike else 'survey' if focus or _ANOMALY.search(text) else None
     if (kind is None or _narrow(text)) and read_ask(text): kind, focus = 'lookup', None
     elif _narrow(text) and _PARTS.search(text): kind = None  # one question in parts is not a survey of everything
+    if beyond_data(text, rng): kind, focus = None, None  # a forecast, or days the data does not cover
     days = 30 if _MONTH.search(text) else 7 if _WEEK.search(text) or kind == 'spike' else 30
     return Question(text, kind, 'zh' if _CJK.search(text) else 'en', days, focus)
 
@@ -923,7 +941,8 @@ def _failed(seen:list[Seen]) -> list[list[Seen]]:
 # %% ../nbs/22_sim_analyst.ipynb #59b3d02a
 def next_reply(messages:list[dict]) -> dict:
     "The analyst's next turn: the calls of the next round (correcting a failed one), or the conclusion."
-    q, seen = read_question(_question(messages)), read_observations(messages)
+    seen = read_observations(messages)
+    q = read_question(_question(messages), data_range(seen))  # days outside the data's: declined once it is seen
     if q.kind is None: return {'thought': 'This is not a question I can simulate.', 'answer': cannot_simulate(q)}
     a = read_ask(q.text) if q.kind == 'lookup' else None
     end = (lambda why=None: answer_ask(a, seen, why)) if a else (lambda why=None: conclude(q, seen, why))
@@ -1308,7 +1327,8 @@ def respond(messages:list[dict]) -> str|dict:
     "The analyst's reply, in the role the prompt asks for; a question it cannot simulate, it says so plainly."
     role = role_of(messages)
     if role == 'react': return next_reply(messages)
-    q = read_question(_helper_question(messages) if role == 'plan-execute helper' else asked(messages))
+    text = _helper_question(messages) if role == 'plan-execute helper' else asked(messages)
+    q = read_question(text, told_range(messages))
     _, play, cannot = ROLES[role]
     return cannot(cannot_simulate(q)) if q.kind not in PLANS else play(q, messages)  # look-ups: ReAct only
 

@@ -111,3 +111,15 @@ def test_demo_questions_keep_their_kinds():
              'among those with at least 5 payments?': 'survey'}
     assert {q: read_question(q).kind for q in kinds} == kinds
     assert read_ask('What is the weather in Paris tomorrow?') is None
+
+
+@pytest.mark.parametrize('agent', ['react', 'rewoo', 'dag'])
+def test_forecasts_and_days_outside_the_data_are_declined(db, agent):
+    "Nothing in the tool results answers these: the analyst declines, never answers with a survey of the last month."
+    for q in ['预测 2027 年每个渠道的充值额，并找出其中的风险', '预测 2027 年每个渠道的充值额会是多少？',
+              'Forecast the recharge of each channel in 2027: any anomalies?',
+              'Which channel brought in the most in March 2027?', '2025 年 5 月哪款游戏的成功充值金额最高？']:
+        run = run_risk_demo(q, db=db, agent=agent)
+        assert said_not_simulated(run), (agent, q, run.answer)
+        assert not any(a.tool == 'run_task' for s in run.steps for a in s.actions), (agent, q)
+        assert not re.search(r'\b[cg]\d\d\b|CNY', run.answer or ''), (agent, q, run.answer)
