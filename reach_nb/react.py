@@ -419,14 +419,18 @@ def call_usage(r:LLMResponse) -> Usage:
     return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
                  estimated_calls=int(bool(r.usage_estimated)), reasoning_tokens=r.reasoning_tokens or 0)
 
-def retried_note(n:int) -> str:
+def retried_note(n:int, # retries of the step's model call
+                 malformed:int=0, # of those, the ones after a response body that was not a chat completion
+                ) -> str:
     "What a step's `retry` safeguard says after `n` retries of its model call."
-    return f"The model call was retried {n} time{'s' * (n != 1)} (after a rate limit, a server error or a timeout)."
+    why = 'a rate limit, a server error or a timeout'
+    if malformed: why = 'a malformed response body' if malformed >= n else f'{why}; {malformed} after a malformed body'
+    return f"The model call was retried {n} time{'s' * (n != 1)} (after {why})."
 
 def llm_error_safeguards(e:Exception) -> list[Safeguard]:
     "The safeguards of a failed model call: the error, and the retries made before giving up."
     n = getattr(e, 'retries', 0)
-    failed = retried_note(n) + ' It still failed.' if isinstance(n, int) and n > 0 else None
+    failed = retried_note(n, getattr(e, 'malformed_retries', 0)) + ' It still failed.' if isinstance(n, int) and n > 0 else None
     retry = [Safeguard(kind='retry', detail=failed)] if failed else []
     return [Safeguard(kind='llm_error', detail=error_text(e)), *retry]
 
@@ -462,7 +466,8 @@ def _ask(self:_Loop, step:Step, final:bool=False):
         step.safeguards += llm_error_safeguards(e)
         return None
     step.raw, step.usage = resp.content or '', call_usage(resp)
-    if resp.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries)))
+    if resp.retries:
+        step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries, resp.malformed_retries)))
     return resp
 
 # %% ../nbs/06_react.ipynb #4e572c2a
