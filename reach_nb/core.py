@@ -292,7 +292,8 @@ class Run(BaseModel):
 # %% ../nbs/00_core.ipynb #5d7c9ebc
 @patch(cls_method=True)
 def from_events(cls:Run, events:Iterable) -> Run:
-    "Fold an event stream (objects or dicts) into a `Run`."
+    "Fold an event stream (objects or dicts, or a `Run`, which folds as its own events) into a `Run`."
+    if isinstance(events, Run): events = events.events()
     run = None
     for e in events:
         if isinstance(e, dict): e = event_from_json(e)

@@ -899,17 +899,18 @@ def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
 
 # %% ../nbs/06_react.ipynb #7bbc1d53
 @patch
-def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
-         step:int, # the step to change: earlier steps are kept as they were
-         model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
-         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
-         parent:str|None=None) -> Iterator: # the id of `run` where it is stored (recorded in the fork)
-    "Carry on `run` from step `step`, optionally with that step's reply or observation replaced."
+def fork_events(self:ReActAgent, run:Run, # any run, live or loaded from a trace
+                step:int, # the step to change: earlier steps are kept as they were
+                model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
+                observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
+                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
+                meta:dict|None=None) -> Iterator: # more labels for the fork's `RunStart.meta`
+    "Carry on `run` from step `step`, yielding the fork's events as they happen; the arguments are checked at once."
     pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
     if pos is None: raise ValueError(f"The run has no step {step}; its steps are {[s.index for s in run.steps]}.")
     if model_output is not None and observation is not None:
         raise ValueError("Give model_output or observation, not both.")
-    steps, meta = list(run.steps[:pos]), {'fork_step': step, 'parent': parent}
+    steps, labels = list(run.steps[:pos]), {**(meta or {}), 'fork_step': step, 'parent': parent}
     if observation is not None:
         s = run.steps[pos]
         if not s.actions: raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
@@ -918,4 +919,13 @@ def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
         if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
             f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
         steps.append(_edited(s, texts, self.mode))
-    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=meta)
+    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=labels)
+
+@patch
+def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
+         step:int, # the step to change: earlier steps are kept as they were
+         model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
+         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
+         parent:str|None=None) -> Run: # the id of `run` where it is stored (recorded in the fork)
+    "Carry on `run` from step `step`, optionally with that step's reply or observation replaced; return the new `Run`."
+    return Run.from_events(self.fork_events(run, step, model_output, observation, parent))
