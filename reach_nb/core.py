@@ -292,7 +292,8 @@ class Run(BaseModel):
 # %% ../nbs/00_core.ipynb #5d7c9ebc
 @patch(cls_method=True)
 def from_events(cls:Run, events:Iterable) -> Run:
-    "Fold an event stream (objects or dicts) into a `Run`."
+    "Fold an event stream (objects or dicts, or a `Run`, which folds as its own events) into a `Run`."
+    if isinstance(events, Run): events = events.events()
     run = None
     for e in events:
         if isinstance(e, dict): e = event_from_json(e)
@@ -410,15 +411,42 @@ class UserError(ValueError):
         super().__init__(' '.join(f"{what} in {where}: {todo}".split()))  # one line
 
 # %% ../nbs/00_core.ipynb #e509bad6
+_TRACE_TODO = 'give a JSON-lines trace written by reach_nb (Run.save, reach ask --trace)'
+
+def _trace_bytes(path:Path) -> bytes:
+    "The bytes of a trace file; a path with no readable file is a `UserError` that names it."
+    try: return path.read_bytes()
+    except FileNotFoundError: raise UserError('no such file', str(path), 'check the path; ' + _TRACE_TODO) from None
+    except IsADirectoryError:
+        some = sorted(path.glob('*.jsonl'))[:1]
+        todo = f'give a trace file in it, e.g. {some[0]}' if some else 'give the path of a trace file in it, not of the folder'
+        raise UserError('a folder, not a trace file', str(path), todo) from None
+    except PermissionError:
+        raise UserError('no permission to read the file', str(path), 'check its permissions or copy it') from None
+    except OSError as e: raise UserError(f'the file cannot be read ({e.strerror or e})', str(path), _TRACE_TODO) from None
+
 def _trace_text(path:Path) -> str:
     "The text of a trace file; a file cut inside a character loses that character, anything else not UTF-8 is refused."
-    data = Path(path).read_bytes()
-    todo = 'give a JSON-lines trace written by reach_nb (Run.save, reach ask --trace)'
-    if b'\0' in data: raise UserError('a binary file, not a trace', str(path), todo)
+    data = _trace_bytes(Path(path))
+    if b'\0' in data: raise UserError('a binary file, not a trace', str(path), _TRACE_TODO)
     try: return data.decode('utf-8')
     except UnicodeDecodeError as e:
         if e.reason == 'unexpected end of data': return data[:e.start].decode('utf-8')  # cut mid-character
-        raise UserError(f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})", str(path), todo) from None
+        raise UserError(f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})", str(path),
+                        _TRACE_TODO) from None
+
+# %% ../nbs/00_core.ipynb #069a0516
+def _why(e:Exception) -> str:
+    "Why a line is not an event, in a few words (pydantic's first error, not its whole report)."
+    errs = e.errors() if callable(getattr(e, 'errors', None)) else []
+    return ' '.join(str(errs[0]['msg'] if errs else f"{type(e).__name__}: {e}").split())[:160]
+
+def _cut_short(line:str, first:bool) -> bool:
+    "Whether a bad last line can be one cut short: not whole JSON (a cut never is), and a trace's `{` if it is the first."
+    if first and not line.lstrip().startswith('{'): return False
+    try: json.loads(line)
+    except (ValueError, RecursionError): return True
+    return False
 
 def _read_events(path) -> tuple[list, bool]:
     "The events of a trace, and whether its last line was cut short (and skipped)."
@@ -427,12 +455,13 @@ def _read_events(path) -> tuple[list, bool]:
     for k, (i, line) in enumerate(lines):
         try: evs.append(event_from_json(line))
         except Exception as e:
-            why = ' '.join(f"{type(e).__name__}: {e}".split())[:200]
-            if k < len(lines) - 1:
-                raise UserError(f"line {i} is not a reach_nb event ({why})", f"{path}:{i}",
-                                'only the last line of a trace can be cut short: fix or delete this line') from None
-            warnings.warn(f"{path}:{i}: the last line is cut short ({why}); read the {len(evs)} events before it.")
-            return evs, True
+            if k == len(lines) - 1 and _cut_short(line, k == 0):
+                warnings.warn(f"{path}:{i}: the last line is cut short ({_why(e)}); read the {len(evs)} events before it.")
+                return evs, True
+            if k == 0: raise UserError(f"not a reach_nb trace: line {i} is not an event ({_why(e)})", f"{path}:{i}",
+                                       _TRACE_TODO) from None
+            raise UserError(f"line {i} is not a reach_nb event ({_why(e)})", f"{path}:{i}",
+                            'only the last line of a trace can be cut short: fix or delete this line') from None
     return evs, False
 
 def read_trace(path) -> list:
@@ -449,9 +478,10 @@ def save(self:Run, path) -> Path:
 def load(cls:Run, path) -> Run:
     "Read a run from a JSON-lines trace (a saved run or a full event trace); a trace cut short is `incomplete`."
     evs, cut = _read_events(path)
-    if not evs or not isinstance(evs[0], RunStart):
-        raise UserError('no run_start event at the start', str(path),
-                        'give a trace written by reach_nb (Run.save, reach ask --trace)')
+    if not evs: raise UserError('a first line cut short, no whole event' if cut else 'an empty file', str(path),
+                                _TRACE_TODO)
+    if not isinstance(evs[0], RunStart):
+        raise UserError(f'no run_start event at the start (it begins with {evs[0].type})', str(path), _TRACE_TODO)
     run = cls.from_events(evs)
     if cut: run.meta['incomplete'] = True
     return run

@@ -5,7 +5,7 @@ backends, record/replay cassettes and a fault injector."""
 
 # %% ../nbs/04_llm.ipynb #c7606bc0
 from __future__ import annotations
-import asyncio, copy, difflib, functools, json, os, random, re, threading
+import asyncio, copy, difflib, functools, json, os, random, re, threading, time
 from contextlib import contextmanager
 from fastcore.basics import patch
 from pathlib import Path
@@ -16,9 +16,9 @@ from .config import Settings, load_settings
 
 # %% auto #0
 __all__ = ['FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
-           'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch', 'as_response', 'ChatModel',
-           'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM', 'read_cassette', 'ReplayLLM',
-           'FaultyLLM', 'OpenAIChat', 'register_model', 'get_model']
+           'MalformedResponse', 'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch',
+           'as_response', 'ChatModel', 'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM',
+           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'OpenAIChat', 'register_model', 'get_model']
 
 # %% ../nbs/04_llm.ipynb #ec032b4c
 @functools.cache
@@ -55,7 +55,8 @@ class LLMResponse(BaseModel):
     reasoning: str = ''  # the model's separate reasoning (`reasoning_content` / `reasoning`), not part of the answer
     reasoning_tokens: int = 0  # reasoning tokens, when the server reports them
     usage_estimated: bool = False  # token counts were computed here (no `usage` block, or an offline backend)
-    retries: int = 0  # retries the SDK took for this call (after 429, 5xx or a timeout)
+    retries: int = 0  # retries this call took (after 429, 5xx, a timeout or a malformed body)
+    malformed_retries: int = 0  # of those, the retries after a body that was not a chat completion
 
 # %% ../nbs/04_llm.ipynb #84290799
 class LLMError(RuntimeError):
@@ -63,6 +64,11 @@ class LLMError(RuntimeError):
     def __init__(self, msg:str, status:int|None=None, body:str|None=None, retries:int=0):
         super().__init__(msg)
         self.status, self.body, self.retries = status, body, retries
+        self.malformed_retries = 0  # of the retries, those after a body that was not a chat completion
+
+class MalformedResponse(LLMError):
+    "An endpoint answered with a body that is not a chat completion (not JSON, no `choices`): retried like a 5xx."
+    def __str__(self): return f"{super().__str__()} (after {self.retries} retries)"
 
 class ModelNotConfigured(RuntimeError): "No model endpoint is configured (no API key and no base URL)."
 class ScriptExhausted(RuntimeError): "A scripted model was called more times than it has responses."
@@ -497,8 +503,8 @@ def _tokens(u, messages:list[dict], tools:list[dict]|None, r:LLMResponse) -> dic
 
 # %% ../nbs/04_llm.ipynb #1e58b40f
 def _from_completion(c, messages:list[dict], tools:list[dict]|None, model:str, retries:int=0) -> LLMResponse:
-    "An `LLMResponse` from an SDK `ChatCompletion`."
-    if not getattr(c, 'choices', None): raise LLMError(f"The endpoint answered without any choices: {str(c)[:200]}")
+    "An `LLMResponse` from an SDK `ChatCompletion`; a body without `choices` (an HTML page, `{}`) is a ValueError."
+    if not getattr(c, 'choices', None): raise ValueError(f"no `choices` in the body {str(c)[:200]!r}")
     ch = c.choices[0]
     m = ch.message
     r = LLMResponse(content=_text(m.content), tool_calls=[_tool_call(t) for t in m.tool_calls or []],
@@ -577,12 +583,13 @@ class OpenAIChat(ChatModel):
                  base_url:str|None=None,       # e.g. http://127.0.0.1:8001/v1; None: the SDK default (OpenAI)
                  api_key:str|None=None,        # None: REACH_API_KEY or OPENAI_API_KEY, else a placeholder
                  timeout:float=60.0,           # seconds per request
-                 max_retries:int=3,            # retries on 429, 5xx and timeouts, with the SDK's exponential backoff
+                 max_retries:int=3,            # retries on 429, 5xx, timeouts and malformed bodies, backing off
                  temperature:float|None=None,  # default temperature for calls that don't give one
                  **client_kw):                 # passed on to `openai.OpenAI` / `openai.AsyncOpenAI`
         super().__init__(model)
         api_key, base_url = _endpoint(api_key, base_url)
         self.model, self.temperature, self.timeout = model, temperature, timeout
+        self.max_retries = max_retries
         self._client_kw = dict(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
                                **client_kw)
         self.client, self._aclient, self._aloop = _sdk().OpenAI(**self._client_kw), None, None
@@ -644,6 +651,8 @@ def _status_error(self:OpenAIChat, e, where:str, count:bool) -> LLMError:
     return LLMError(f"{where} answered HTTP {e.status_code} (after {n} retries): {body}{hint}", e.status_code, body, n)
 
 # %% ../nbs/04_llm.ipynb #9e5b1c73
+_UNREADABLE = (AttributeError, TypeError, ValueError)  # what reading a body that isn't a chat completion raises
+
 @patch
 @contextmanager
 def _errors(self:OpenAIChat, count_retries:bool=True):
@@ -659,49 +668,100 @@ def _errors(self:OpenAIChat, count_retries:bool=True):
         n = self._retried(e.request, count_retries)
         raise LLMError(f"{where}: could not connect (after {n} retries): {e.__cause__ or e}. "
                        "Check base_url and that the server runs.", None, None, n) from e
-    except (json.JSONDecodeError, oa.APIResponseValidationError) as e:
-        raise LLMError(f"{where} returned a malformed response body (not valid JSON of a chat completion): {e}") from e
+    except (oa.APIResponseValidationError, *_UNREADABLE) as e:
+        raise MalformedResponse(f"{where} returned a malformed response body, not a chat completion "
+                                f"({type(e).__name__}: {str(e)[:200]})") from e
     except oa.APIError as e: raise LLMError(f"{where} reported an error: {e.message} {_body(e)}") from e
-    except (AttributeError, TypeError, ValueError) as e:
-        raise LLMError(f"{where} answered in a shape this client can't read ({type(e).__name__}: "
-                       f"{str(e)[:200]})") from e
+
+
+# %% ../nbs/04_llm.ipynb #479f09df
+def _backoff(n:int) -> float:
+    "Seconds to wait before a call's retry after `n` earlier ones: the SDK's schedule (0.5 s doubling to 8 s, jitter)."
+    return min(0.5 * 2 ** n, 8.0) * (1 - 0.25 * random.random())
+
+class _Tries:
+    "One call's retries: the SDK's (429, 5xx, timeouts) and those after a malformed body share `max_retries`."
+    def __init__(self, llm:OpenAIChat): self.llm, self.taken, self.malformed = llm, 0, 0
+
+    def client(self, client):
+        "`client` (sync or async), allowed only the retries this call has left."
+        left = self.llm.max_retries - self.taken
+        return client if left == client.max_retries else client.with_options(max_retries=left)
+
+    def took(self, n:int): self.taken += n
+
+    def again(self, e:MalformedResponse) -> float:
+        "Seconds to wait before retrying after `e`; `e` itself, with every retry counted, once none are left."
+        if self.taken >= self.llm.max_retries: raise self.failed(e)
+        wait = _backoff(self.taken)
+        self.taken, self.malformed, self.llm.retries = self.taken + 1, self.malformed + 1, self.llm.retries + 1
+        return wait
+
+    def failed(self, e:LLMError) -> LLMError:
+        "`e`, counting the retries this call took before the attempt that raised it."
+        e.retries, e.malformed_retries = e.retries + self.taken, self.malformed
+        return e
+
+    def done(self, r:LLMResponse) -> LLMResponse:
+        return r.model_copy(update={'retries': self.taken, 'malformed_retries': self.malformed})
 
 # %% ../nbs/04_llm.ipynb #24c4b1ee
 @patch
-def _took(self:OpenAIChat, raw):
-    "Note the retries a call took, and the label of an endpoint that says it serves a simulated stand-in."
+def _took(self:OpenAIChat, raw) -> int:
+    "Note (and return) the retries a request took, and the label of an endpoint that serves a simulated stand-in."
     self.retries += raw.retries_taken
     if note := raw.headers.get('x-reach-simulated'):
         self.meta = {'simulated': True, 'simulated_note': f'{note} (served over HTTP)'}
+    return raw.retries_taken
 
 @patch
 def _complete(self:OpenAIChat, messages, tools, json_mode, temperature):
-    with self._errors():
-        params = self._params(messages, tools, json_mode, temperature)
-        raw = self.client.chat.completions.with_raw_response.create(**params)
-        self._took(raw)
-        return _from_completion(raw.parse(), messages, tools, self.model, raw.retries_taken)
+    params, tries = self._params(messages, tools, json_mode, temperature), _Tries(self)
+    while True:
+        try:
+            with self._errors():
+                raw = tries.client(self.client).chat.completions.with_raw_response.create(**params)
+                tries.took(self._took(raw))
+                return tries.done(_from_completion(raw.parse(), messages, tools, self.model))
+        except MalformedResponse as e: time.sleep(tries.again(e))
+        except LLMError as e: raise tries.failed(e)
 
 @patch
 async def _acomplete(self:OpenAIChat, messages, tools, json_mode, temperature):
-    with self._errors():
-        params = self._params(messages, tools, json_mode, temperature)
-        raw = await self.aclient.chat.completions.with_raw_response.create(**params)
-        self._took(raw)
-        return _from_completion(raw.parse(), messages, tools, self.model, raw.retries_taken)
+    params, tries = self._params(messages, tools, json_mode, temperature), _Tries(self)
+    while True:
+        try:
+            with self._errors():
+                raw = await tries.client(self.aclient).chat.completions.with_raw_response.create(**params)
+                tries.took(self._took(raw))
+                return tries.done(_from_completion(raw.parse(), messages, tools, self.model))
+        except MalformedResponse as e: await asyncio.sleep(tries.again(e))
+        except LLMError as e: raise tries.failed(e)
 
 # %% ../nbs/04_llm.ipynb #5a7c3e19
 @patch
-def _stream(self:OpenAIChat, messages, tools, json_mode, temperature):
+def _stream_once(self:OpenAIChat, client, params:dict, acc:_StreamAccumulator, tries:_Tries):
+    "One streamed request: its text deltas, as they come, with the whole answer built up in `acc`."
     with self._errors():
-        params = self._params(messages, tools, json_mode, temperature, stream=True)
-        raw = self.client.chat.completions.with_raw_response.create(**params)
-        self._took(raw)
-    acc = _StreamAccumulator()
+        raw = client.chat.completions.with_raw_response.create(**params)
+        tries.took(self._took(raw))
     with self._errors(count_retries=False), raw.parse() as chunks:
         for c in chunks:
             if d := acc.add(c): yield d
-    yield acc.response(messages, tools, self.model, raw.retries_taken)
+
+@patch
+def _stream(self:OpenAIChat, messages, tools, json_mode, temperature):
+    params, tries = self._params(messages, tools, json_mode, temperature, stream=True), _Tries(self)
+    while True:
+        acc = _StreamAccumulator()
+        try:
+            yield from self._stream_once(tries.client(self.client), params, acc, tries)
+            break
+        except MalformedResponse as e:
+            if any(acc.text): raise tries.failed(e)  # part of the answer is out: a retry would repeat it
+            time.sleep(tries.again(e))
+        except LLMError as e: raise tries.failed(e)
+    yield tries.done(acc.response(messages, tools, self.model))
 
 # %% ../nbs/04_llm.ipynb #10966c66
 MODELS: dict[str, Callable[[str, Settings|None], ChatModel]] = {}  # name -> factory(argument after ':', settings)

@@ -419,14 +419,18 @@ def call_usage(r:LLMResponse) -> Usage:
     return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
                  estimated_calls=int(bool(r.usage_estimated)), reasoning_tokens=r.reasoning_tokens or 0)
 
-def retried_note(n:int) -> str:
+def retried_note(n:int, # retries of the step's model call
+                 malformed:int=0, # of those, the ones after a response body that was not a chat completion
+                ) -> str:
     "What a step's `retry` safeguard says after `n` retries of its model call."
-    return f"The model call was retried {n} time{'s' * (n != 1)} (after a rate limit, a server error or a timeout)."
+    why = 'a rate limit, a server error or a timeout'
+    if malformed: why = 'a malformed response body' if malformed >= n else f'{why}; {malformed} after a malformed body'
+    return f"The model call was retried {n} time{'s' * (n != 1)} (after {why})."
 
 def llm_error_safeguards(e:Exception) -> list[Safeguard]:
     "The safeguards of a failed model call: the error, and the retries made before giving up."
     n = getattr(e, 'retries', 0)
-    failed = retried_note(n) + ' It still failed.' if isinstance(n, int) and n > 0 else None
+    failed = retried_note(n, getattr(e, 'malformed_retries', 0)) + ' It still failed.' if isinstance(n, int) and n > 0 else None
     retry = [Safeguard(kind='retry', detail=failed)] if failed else []
     return [Safeguard(kind='llm_error', detail=error_text(e)), *retry]
 
@@ -462,7 +466,8 @@ def _ask(self:_Loop, step:Step, final:bool=False):
         step.safeguards += llm_error_safeguards(e)
         return None
     step.raw, step.usage = resp.content or '', call_usage(resp)
-    if resp.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries)))
+    if resp.retries:
+        step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries, resp.malformed_retries)))
     return resp
 
 # %% ../nbs/06_react.ipynb #4e572c2a
@@ -894,17 +899,18 @@ def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
 
 # %% ../nbs/06_react.ipynb #7bbc1d53
 @patch
-def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
-         step:int, # the step to change: earlier steps are kept as they were
-         model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
-         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
-         parent:str|None=None) -> Iterator: # the id of `run` where it is stored (recorded in the fork)
-    "Carry on `run` from step `step`, optionally with that step's reply or observation replaced."
+def fork_events(self:ReActAgent, run:Run, # any run, live or loaded from a trace
+                step:int, # the step to change: earlier steps are kept as they were
+                model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
+                observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
+                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
+                meta:dict|None=None) -> Iterator: # more labels for the fork's `RunStart.meta`
+    "Carry on `run` from step `step`, yielding the fork's events as they happen; the arguments are checked at once."
     pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
     if pos is None: raise ValueError(f"The run has no step {step}; its steps are {[s.index for s in run.steps]}.")
     if model_output is not None and observation is not None:
         raise ValueError("Give model_output or observation, not both.")
-    steps, meta = list(run.steps[:pos]), {'fork_step': step, 'parent': parent}
+    steps, labels = list(run.steps[:pos]), {**(meta or {}), 'fork_step': step, 'parent': parent}
     if observation is not None:
         s = run.steps[pos]
         if not s.actions: raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
@@ -913,4 +919,13 @@ def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
         if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
             f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
         steps.append(_edited(s, texts, self.mode))
-    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=meta)
+    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=labels)
+
+@patch
+def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
+         step:int, # the step to change: earlier steps are kept as they were
+         model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
+         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
+         parent:str|None=None) -> Run: # the id of `run` where it is stored (recorded in the fork)
+    "Carry on `run` from step `step`, optionally with that step's reply or observation replaced; return the new `Run`."
+    return Run.from_events(self.fork_events(run, step, model_output, observation, parent))

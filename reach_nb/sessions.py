@@ -23,7 +23,7 @@ from .tools import ToolRegistry
 # %% auto #0
 __all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'event_json', 'RunInfo',
            'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog', 'completed_tool_results',
-           'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume', 'resume_session', 'fork']
+           'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume', 'resume_session', 'fork', 'fork_run']
 
 # %% ../nbs/07_sessions.ipynb #cfa01af0
 MAX_EVENT_BYTES = 1_000_000  # an event above this is stored cut, never refused
@@ -587,17 +587,25 @@ def resume_session(store:SessionStore, session_id:str, agent, on_event:Callable|
 # %% ../nbs/07_sessions.ipynb #b7d10050
 def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as it is
          step:int, # the step to change: the steps before it are kept
-         agent, # the agent that carries on (same tools; its model answers from `step` on)
+         agent, # the agent that carries on (same tools; its model answers from `step` on); it needs `fork_events`
          model_output=None, # the model's reply at `step` instead (a str or LLMResponse)
          observation:str|list[str]|None=None, # what the call(s) at `step` returned instead
          on_event:Callable|None=None) -> str: # called with each event once it is stored
-    "Fork run `run_id` at `step` into a new run of the same session; returns the new run's id."
+    "Fork run `run_id` at `step` into a new run of the same session; returns the new run's **id** (`fork_run`: the run)."
     info = store._need(run_id, 'fork')
     run, kw = store.run(run_id), dict(model_output=model_output, observation=observation)
-    try: agent.fork(run, step, **kw)  # checks the arguments before anything is stored
+    try: agent.fork_events(run, step, **kw)  # checks the arguments before anything is stored
     except ValueError as e:
         raise ValueError(f"Error: cannot fork run {run_id[:12]} at step {step} in fork: {e}") from None
     log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id, fork_step=step)
-    for e in log.record(_reporting(agent, log).fork(run, step, parent=run_id, **kw)):
+    labels = {'run_id': log.run_id, 'session_id': info.session_id}
+    for e in log.record(_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels, **kw)):
         if on_event is not None: on_event(e)
     return log.run_id
+
+def fork_run(store:SessionStore, run_id:str, # the stored run to fork; it stays as it is
+             step:int, # the step to change: the steps before it are kept
+             agent, # the agent that carries on (same tools)
+             **kw) -> Run: # model_output, observation, on_event, as `fork` takes them
+    "Fork run `run_id` at `step` into a new stored run of the same session, and return that `Run`."
+    return store.run(fork(store, run_id, step, agent, **kw))

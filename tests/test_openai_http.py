@@ -3,15 +3,15 @@
 Most tests run the server in a background thread (`ModelServer`); one starts it as a separate process
 through `serve_model_cli`, the function behind `reach serve-model`.
 """
-import asyncio, json, os, socket, subprocess, sys, time
+import asyncio, http.server, json, os, socket, subprocess, sys, threading, time
 from pathlib import Path
 
 import httpx, pytest
 
 from reach_nb.config import Settings
 from reach_nb.core import ToolCall
-from reach_nb.llm import (EchoLLM, FunctionLLM, LLMError, LLMResponse, ModelNotConfigured, OpenAIChat, ScriptedLLM,
-                          count_message_tokens, count_tokens, get_model)
+from reach_nb.llm import (EchoLLM, FunctionLLM, LLMError, LLMResponse, MalformedResponse, ModelNotConfigured, OpenAIChat,
+                          ScriptedLLM, count_message_tokens, count_tokens, get_model)
 from reach_nb.llm import ChatModel
 from reach_nb.modelserver import ModelServer
 
@@ -108,18 +108,81 @@ def test_backing_model_failure_is_not_retried():
     assert 'ScriptExhausted' in str(e.value)
 
 
-def test_malformed_body_is_a_clear_llm_error():
-    with ModelServer(ScriptedLLM(['ok', 'ok']), malformed=2) as srv:
+def _answer(llm, how) -> LLMResponse:
+    "One call made the way `how` names: chat, stream (the deltas must join to the content) or achat."
+    if how == 'achat': return asyncio.run(llm.achat(ASK))
+    if how == 'chat': return llm.chat(ASK)
+    *deltas, r = llm.stream(ASK)
+    assert ''.join(deltas) == r.content
+    return r
+
+
+@pytest.mark.parametrize('how', ['chat', 'stream', 'achat'])
+def test_one_malformed_body_is_retried_like_a_5xx(how):
+    with ModelServer(ScriptedLLM(['Recharge volume doubled.']), malformed=1) as srv:
         llm = client(srv)
-        with pytest.raises(LLMError) as plain:
-            llm.chat(ASK)
-        with pytest.raises(LLMError) as streamed:
-            list(llm.stream(ASK))
+        r = _answer(llm, how)
+        n_requests = len(srv.app.state.requests)
+    assert (r.content, r.retries, r.malformed_retries, llm.retries, n_requests) == ('Recharge volume doubled.', 1, 1, 1, 2)
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    "Answers 200 with the bodies in `server.bodies`, in order, then with a chat completion."
+    def do_POST(self):
+        self.rfile.read(int(self.headers['content-length']))
+        kind, body = self.server.bodies.pop(0) if self.server.bodies else ('application/json', _COMPLETION)
+        self.send_response(200)
+        self.send_header('content-type', kind)
+        self.end_headers()
+        self.wfile.write(body.encode())
+    def log_message(self, *args): pass
+
+_COMPLETION = json.dumps({'id': 'c1', 'object': 'chat.completion', 'created': 0, 'model': 'm', 'choices': [
+    {'index': 0, 'finish_reason': 'stop', 'message': {'role': 'assistant', 'content': 'ok'}}]})
+
+
+@pytest.fixture
+def proxy():
+    "A standard-library HTTP server standing in for a proxy that sometimes answers with a body of its own."
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Proxy)
+    srv.bodies = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_bodies_that_are_not_chat_completions_are_retried(proxy):
+    proxy.bodies[:] = [('text/html', '<html>502 Bad Gateway</html>'), ('application/json', '{}'),
+                       ('application/json', '{"choices": [1]}')]
+    llm = OpenAIChat('m', base_url=f'http://127.0.0.1:{proxy.server_port}/v1', timeout=5, max_retries=3)
+    r = llm.chat(ASK)
+    assert (r.content, r.retries, r.malformed_retries, proxy.bodies) == ('ok', 3, 3, [])
+
+
+@pytest.mark.parametrize('how', ['chat', 'stream'])
+def test_malformed_bodies_past_max_retries_are_a_clear_llm_error(how):
+    with ModelServer(ScriptedLLM(['never']), malformed=3) as srv:
+        llm = client(srv, max_retries=2)
+        with pytest.raises(MalformedResponse) as e:
+            _answer(llm, how)
+        n_requests = len(srv.app.state.requests)
         after = llm.chat(ASK)
-    for e in (plain, streamed):
-        assert type(e.value) is LLMError and 'malformed response body' in str(e.value)
-        assert isinstance(e.value.__cause__, json.JSONDecodeError)
-    assert after.content == 'ok'
+    assert (e.value.retries, e.value.malformed_retries, llm.retries, n_requests) == (2, 2, 2, 3)
+    assert 'malformed response body, not a chat completion' in str(e.value) and '(after 2 retries)' in str(e.value)
+    assert isinstance(e.value, LLMError) and isinstance(e.value.__cause__, json.JSONDecodeError)
+    assert (after.content, after.retries) == ('never', 0)
+
+
+def test_server_errors_and_malformed_bodies_share_max_retries():
+    with ModelServer(ScriptedLLM(['ok']), errors=[500], malformed=1, retry_after=0.02) as srv:
+        r = client(srv).chat(ASK)
+    with ModelServer(ScriptedLLM(['never']), errors=[500], malformed=5, retry_after=0.02) as srv:
+        with pytest.raises(MalformedResponse) as e:
+            client(srv, max_retries=3).chat(ASK)
+        n_requests = len(srv.app.state.requests)
+    assert (r.content, r.retries, r.malformed_retries) == ('ok', 2, 1)
+    assert (e.value.retries, e.value.malformed_retries, n_requests) == (3, 2, 4)
 
 
 def test_streamed_answer_has_deltas_and_usage():

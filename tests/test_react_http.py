@@ -1,7 +1,7 @@
 """The ReAct agent in native function-calling mode against the local OpenAI-compatible server, over real HTTP with the
 real `openai` client: servers that write tool calls into the content (Hermes tags, Mistral's [TOOL_CALLS], Llama's
-<|python_tag|>, a bare JSON call), reasoning in a <think> block or a field of its own, retries after a 429, and no
-usage block. Nothing is patched; the backing model is scripted."""
+<|python_tag|>, a bare JSON call), reasoning in a <think> block or a field of its own, retries after a 429 or a
+malformed body, and no usage block. Nothing is patched; the backing model is scripted."""
 import pytest
 
 from reach_nb.core import ToolCall
@@ -57,3 +57,20 @@ def test_no_usage_block_counts_as_estimated_and_retries_are_a_safeguard():
     run = ask('no-usage', errors=[429], retry_after=0.01)
     assert (run.stop_reason, run.usage.llm_calls, run.usage.estimated_calls) == ('answer', 2, 2)
     assert [g.kind for g in run.steps[0].safeguards] == ['retry'] and run.steps[1].safeguards == []
+
+
+def test_a_malformed_body_is_retried_and_the_step_says_so():
+    run = ask('openai', malformed=1)
+    retry = run.steps[0].safeguards
+    assert (run.stop_reason, run.answer) == ('answer', 'A proxy-recharge ring: 3 devices, 212 accounts.')
+    assert [(g.kind, g.detail) for g in retry] == [
+        ('retry', 'The model call was retried 1 time (after a malformed response body).')]
+    assert run.steps[1].safeguards == [] and run.usage.llm_calls == 2
+
+
+def test_malformed_bodies_past_max_retries_end_the_step_as_an_llm_error():
+    run = ask('openai', malformed=3)
+    kinds = [g.kind for g in run.steps[0].safeguards]
+    assert (run.stop_reason, kinds) == ('llm_error', ['llm_error', 'retry'])
+    assert run.steps[0].safeguards[1].detail == ('The model call was retried 2 times (after a malformed response '
+                                                 'body). It still failed.')

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, fork, record, resume, resume_session
+from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, fork, fork_run, record, resume, resume_session
 
 from redis_server import redis_server
 
@@ -244,10 +244,12 @@ def test_fork_replacing_an_observation_and_a_reply(agent_module, tmp_path):
         rid = store.runs('alice')[0].run_id
         bodies = store._bodies(rid)
         what_if = fork(store, rid, 2, agent_module.make_agent(ledger, calls), observation=['noted x', 'noted y'])
-        edited = fork(store, rid, 3, agent_module.make_agent(ledger, calls),
-                      model_output=json.dumps({'thought': 'Enough.', 'answer': 'Stopped early.'}))
+        b = fork_run(store, rid, 3, agent_module.make_agent(ledger, calls),
+                     model_output=json.dumps({'thought': 'Enough.', 'answer': 'Stopped early.'}))
+        edited = b.meta['run_id']  # fork gives the id, fork_run the stored Run, which names itself
         assert store._bodies(rid) == bodies  # the original's events are unchanged
-        a, b = store.run(what_if), store.run(edited)
+        a = store.run(what_if)
+        assert b == store.run(edited) and (b.meta['session_id'], b.meta['parent']) == ('alice', rid)
         assert (original.answer, a.answer, b.answer) == ('Noted: a, b, c, d.', 'Noted: a, x, y, d.', 'Stopped early.')
         for fid, k in ((what_if, 2), (edited, 3)):
             info = store.info(fid)

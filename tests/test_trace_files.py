@@ -1,6 +1,6 @@
 """Traces on disk as a crash leaves them: cut at any byte, not text, a bad line in the middle; and traces of real runs
 whose model sends what JSON can't hold as it is."""
-import json, warnings
+import json, multiprocessing, os, warnings
 import pytest
 from reach_nb.core import Run, UserError, TraceWriter, read_trace
 from reach_nb.llm import ScriptedLLM
@@ -61,3 +61,49 @@ def test_files_that_are_not_traces_are_named(tmp_path):
     lines = _real_trace(tmp_path, REPLIES).read_text(encoding='utf-8').splitlines()
     p.write_text('\n'.join(lines[:2] + ['{"type": "step_end"}'] + lines[2:]) + '\n', encoding='utf-8')
     with pytest.raises(UserError, match=f'line 3 is not a reach_nb event .* in {p}:3: '): Run.load(p)
+
+
+def _load_as_another_user(path, q):
+    "In a child process: give up root (the test runs as root in containers) so file permissions apply, then load."
+    if os.geteuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+    try: Run.load(path)
+    except UserError as e: q.put(('UserError', str(e)))
+    except Exception as e: q.put((type(e).__name__, str(e)))
+    else: q.put(('loaded', ''))
+
+
+def test_a_path_with_no_readable_trace_is_a_user_error_naming_it(tmp_path):
+    kept = Run(question='q').save(tmp_path/'runs'/'kept.jsonl')
+    (tmp_path/'notes.txt').write_text('Recharge volume doubled.\nAsk the channel team.\n')
+    (tmp_path/'one.json').write_text('{"model": "qwen-plus"}')
+    cases = {tmp_path/'missing.jsonl': 'no such file', tmp_path/'runs': f'a folder, not a trace file in {kept.parent}: '
+             f'give a trace file in it, e.g. {kept}', tmp_path/'notes.txt': 'not a reach_nb trace: line 1 is not an event',
+             tmp_path/'one.json': 'not a reach_nb trace: line 1 is not an event', kept/'x.jsonl': 'the file cannot be read'}
+    for path, says in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')  # and no "cut short" warning on the way
+            with pytest.raises(UserError) as e: Run.load(path)
+        assert says in str(e.value) and str(path) in str(e.value), (path, str(e.value))
+        assert '\n' not in str(e.value) and 'Errno' not in str(e.value)
+
+
+def test_an_unreadable_trace_is_a_user_error_naming_it(tmp_path):
+    path = Run(question='q').save(tmp_path/'secret.jsonl')
+    path.chmod(0)
+    tmp_path.chmod(0o755)
+    ctx = multiprocessing.get_context('fork')
+    q = ctx.Queue()
+    child = ctx.Process(target=_load_as_another_user, args=(path, q))
+    child.start()
+    child.join(30)
+    assert q.get(timeout=5) == ('UserError', f'no permission to read the file in {path}: check its permissions or copy it')
+
+
+def test_the_viewer_says_the_same(tmp_path):
+    from reach_nb.viewer import RunViewer
+    with pytest.raises(UserError, match=f'no such file in {tmp_path}/missing.jsonl: check the path'):
+        RunViewer(str(tmp_path/'missing.jsonl'))
+    with pytest.raises(UserError, match=f'a folder, not a trace file in {tmp_path}: give the path of a trace file in it'):
+        RunViewer(tmp_path)
