@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_mcp.ipynb #7eca0bb4
 from __future__ import annotations
-import asyncio, atexit, json, os, re, shlex, socket, sys, tempfile, threading, time, weakref
+import asyncio, atexit, errno, importlib.util, json, os, re, shlex, socket, sys, tempfile, threading, time, types, weakref
 from collections import Counter
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
@@ -68,7 +68,7 @@ def _kind(name:str, e:dict, where:str) -> str:
         'give its streamable HTTP "url", or a "command" to start it')
     cmd, url = e.get('command'), e.get('url')
     if bool(cmd) == bool(url): raise UserError(
-        f"server {name!r} has {'both' if cmd else 'neither'} \"command\" and \"url\"", where,
+        f"server {name!r} has " + ('both "command" and "url"' if cmd else 'neither "command" nor "url"'), where,
         'give "command" (with "args") to start it, or "url" to reach a running one')
     if not isinstance(cmd or url, str): raise UserError(
         f"server {name!r} has {'command' if cmd else 'url'} {short_repr(cmd or url, 80)}", where, 'give a string')
@@ -112,11 +112,18 @@ def _config_data(p:Path) -> dict:
     if not isinstance(servers, dict): raise UserError('no "mcpServers" object', str(p), f"write it as {_EXAMPLE}")
     return servers
 
+def _enabled(servers:dict, where:str) -> dict:
+    "The entries not marked `\"disabled\": true`; none at all is a `UserError`, not a run without the tools."
+    on = {str(n): e for n, e in servers.items() if not (isinstance(e, dict) and e.get('disabled'))}
+    if not on: raise UserError('"mcpServers" names no server' if not servers else
+                               f"every server in \"mcpServers\" is disabled ({', '.join(map(str, servers))})",
+                               where, f"add a server, e.g. {_EXAMPLE}" if not servers else 'enable one')
+    return on
+
 def load_mcp_config(path:str|Path) -> dict[str, ServerSpec]: # a JSON file with an "mcpServers" object
     "The servers of an MCP config file (the `mcpServers` format desktop MCP clients use), each checked."
     p = Path(path)
-    return {str(n): server_spec(str(n), e, str(p), p.parent) for n, e in _config_data(p).items()
-            if not (isinstance(e, dict) and e.get('disabled'))}
+    return {n: server_spec(n, e, str(p), p.parent) for n, e in _enabled(_config_data(p), str(p)).items()}
 
 # %% ../nbs/40_mcp.ipynb #e724a095
 _mcp_thread, _mcp_lock = None, threading.Lock()
@@ -214,13 +221,33 @@ async def _serve_stdio(server:Server):
     async with stdio_server() as (read, write):  # the SDK points fd 1 at stderr meanwhile: no stray print gets through
         await server.run(read, write, server.create_initialization_options())
 
+def _bind(host:str, port:int, where:str) -> socket.socket:
+    "A socket listening on `host`:`port` (0: a free port), or a `UserError` saying why there is none."
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    try: sock = socket.create_server((host, port), family=family)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE: raise UserError(f"port {port} is in use", where,
+                                                        'stop what listens there, or give another port') from None
+        raise UserError(f"cannot listen on {host} port {port} ({e.strerror or e})", where,
+                        'give another port, or a host of this machine') from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else each call waits ~40 ms for a delayed ACK
+    return sock
+
+def _base_url(host:str, port:int) -> str: return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+
+# %% ../nbs/40_mcp.ipynb #551dcf0c
 def serve_mcp(registry:ToolRegistry|None=None, # the tools to offer; default: the nine risk tools on the sample data
               http_port:int|None=None, # serve streamable HTTP on this port, at /mcp; None: serve over stdio
-              host:str='127.0.0.1'): # the address to listen on over HTTP
+              host:str='127.0.0.1', # the address to listen on over HTTP
+              where:str='option --http'): # what messages name as the port's source
     "Serve `registry` over MCP: on stdio until the client closes it, or over HTTP until the process is stopped."
-    server = mcp_server(registry)
-    if http_port is None: return anyio.run(_serve_stdio, server)
-    uvicorn.run(server.streamable_http_app(host=host), host=host, port=http_port, log_level='warning')
+    if http_port is None: return anyio.run(_serve_stdio, mcp_server(registry))
+    if isinstance(http_port, bool) or not isinstance(http_port, int) or not 1 <= http_port <= 65535:
+        raise UserError(f"port {http_port!r} is not a port", where, 'give a number from 1 to 65535, e.g. 8765')
+    sock = _bind(host, http_port, where)  # before the tools load: a port in use is said at once
+    app = mcp_server(registry).streamable_http_app(host=host)
+    print(f"Serving MCP over streamable HTTP; clients connect to {_base_url(host, http_port)}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level='warning')).run(sockets=[sock])
 
 # %% ../nbs/40_mcp.ipynb #4aba1976
 class MCPHTTPServer:
@@ -232,7 +259,7 @@ class MCPHTTPServer:
         self._uv = self._thread = None
 
     @property
-    def url(self) -> str: return f"http://{self.host}:{self.port}/mcp"
+    def url(self) -> str: return _base_url(self.host, self.port)
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.stop()
     def __repr__(self): return f"MCPHTTPServer({self.server.name!r})"
@@ -241,8 +268,8 @@ class MCPHTTPServer:
 @patch
 def start(self:MCPHTTPServer, timeout:float=10) -> MCPHTTPServer:
     "Serve; return once the server accepts connections."
-    sock = socket.socket(); sock.bind((self.host, self.port)); self.port = sock.getsockname()[1]
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else each call waits ~40 ms for a delayed ACK
+    sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})")
+    self.port = sock.getsockname()[1]
     app = self.server.streamable_http_app(host=self.host)
     self._uv = uvicorn.Server(uvicorn.Config(app, log_level='warning', timeout_graceful_shutdown=1))
     self._thread = threading.Thread(target=self._uv.run, kwargs={'sockets': [sock]}, daemon=True,
@@ -333,23 +360,45 @@ def _root(e:BaseException) -> BaseException:
     while isinstance(e, BaseExceptionGroup) and e.exceptions: e = e.exceptions[0]
     return e
 
+def _url_why(e:BaseException) -> str:
+    "Why a URL gave no MCP connection: no connection at all, or an answer that was not MCP."
+    if isinstance(e, MCPError): return f"it answered {short_repr(e.error.message, 100)}, not as an MCP server"
+    return f"no connection: {short_repr(str(e) or type(e).__name__, 100)}" if _gone(e) else f"{type(e).__name__}: {e}"
+
 @patch
 def _start_error(self:MCPConnection, e:BaseException) -> UserError:
     e, s = _root(e), self.spec
     why = (f"no answer within {self.start_timeout:g}s" if isinstance(e, (TimeoutError, asyncio.TimeoutError))
-           else 'the program was not found' if isinstance(e, FileNotFoundError)
+           else _url_why(e) if s.url else 'the program was not found' if isinstance(e, FileNotFoundError)
            else 'it exited, or closed the connection' if _gone(e) else f"{type(e).__name__}: {e}")
-    said = self._stderr() if not s.url else ''
+    if s.url: return UserError(f"MCP server {s.name!r} could not be reached ({why})", f"url {s.where}",
+                               'check that the server is running and the URL ends with its MCP path (often /mcp)')
+    said = self._stderr()
     what = f"MCP server {s.name!r} did not start ({why})" + (f"; it wrote: {said}" if said else '')
-    todo = ('check that it runs by itself in a terminal, and its "args", "env" and "cwd"' if not s.url
-            else 'check that the server is running and the URL ends with its MCP path (often /mcp)')
-    return UserError(what, f"command `{s.where}`" if not s.url else f"url {s.where}", todo)
+    return UserError(what, f"command `{s.where}`", 'check that it runs by itself in a terminal, and its "args", "env" and "cwd"')
+
+# %% ../nbs/40_mcp.ipynb #0d2ccfdc
+def _import_jsonschema():
+    "Import `jsonschema` without compiling rfc3987-syntax's IRI grammar (a second of CPU); its `iri` check loads it on use."
+    if 'jsonschema' in sys.modules or 'rfc3987_syntax' in sys.modules or importlib.util.find_spec('rfc3987_syntax') is None:
+        import jsonschema
+        return
+    stand_in = types.ModuleType('rfc3987_syntax')
+    def is_valid_syntax(*args, **kw):
+        from rfc3987_syntax import is_valid_syntax as real  # the real one, once the stand-in has left sys.modules
+        return real(*args, **kw)
+    stand_in.is_valid_syntax = is_valid_syntax
+    sys.modules['rfc3987_syntax'] = stand_in
+    try: import jsonschema
+    finally:
+        if sys.modules.get('rfc3987_syntax') is stand_in: del sys.modules['rfc3987_syntax']
 
 # %% ../nbs/40_mcp.ipynb #5cbac096
 @patch
 async def start(self:MCPConnection) -> list[mt.Tool]:
     "Start (or reach) the server and list its tools; a `UserError` naming the command if it does not start."
     await self.close()
+    _import_jsonschema()  # the SDK's first call needs it: loaded here, in a tenth of the time
     ready = asyncio.get_running_loop().create_future()
     self._stop, self.starts = asyncio.Event(), self.starts + 1
     self._task = asyncio.create_task(self._hold(ready))
@@ -604,7 +653,8 @@ def mcp_registry(config:str|Path|dict, # an `mcpServers` JSON file, or the dict 
                  registry:ToolRegistry|None=None, # add the tools to this registry (default: a new one)
                  **kw) -> ToolRegistry: # more `MCPTools` options: always_prefix, start_timeout, mode
     "A `ToolRegistry` with the tools of every server in `config`, all started; `registry.mcp` is their `MCPTools`."
-    if isinstance(config, dict): specs = {n: server_spec(n, e) for n, e in config.get('mcpServers', config).items()}
+    if isinstance(config, dict):
+        specs = {n: server_spec(n, e) for n, e in _enabled(config.get('mcpServers', config), 'the MCP config').items()}
     else: specs = load_mcp_config(config)
     hub = MCPTools(registry, **kw)
     _block(hub._add_many(specs))

@@ -4,11 +4,12 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import asyncio, pydantic_core, collections.abc, contextvars, inspect, json, os, queue, re, threading, types
+import asyncio, pydantic_core, collections.abc, contextvars, inspect, itertools, json, os, queue, re, threading, types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Callable, Iterable, Literal, Union, get_args, get_origin, get_type_hints
+from urllib.parse import unquote
 from fastcore.basics import patch
 from fastcore.docments import docments
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -16,8 +17,8 @@ from rapidfuzz import fuzz, process
 from .core import PARAM_SYNONYMS, Observation, ToolCall
 
 # %% auto #0
-__all__ = ['MAX_WORKERS', 'json_schema', 'schema_label', 'Tool', 'tool', 'as_tool', 'short_repr', 'suggest_name', 'render_output',
-           'truncate', 'run_sync', 'ToolRegistry', 'ToolError']
+__all__ = ['MAX_WORKERS', 'json_schema', 'deref', 'schema_label', 'Tool', 'tool', 'as_tool', 'short_repr', 'suggest_name',
+           'render_output', 'truncate', 'run_sync', 'ToolRegistry', 'ToolError']
 
 # %% ../nbs/03_tools.ipynb #6ad28347
 _PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
@@ -30,31 +31,97 @@ def _literal_type(vals) -> dict:
         if all(type(v) is t for v in vals): return {'type': _PLAIN[t]}
     return {}
 
-def json_schema(hint) -> dict:
-    "A JSON Schema for a Python type hint, kept as plain as a model reads best."
+def _schema_of(hint) -> dict:
     if hint in _ANY: return {}
     if hint in _PLAIN: return {'type': _PLAIN[hint]}
     origin, args = get_origin(hint), get_args(hint)
     if origin is Literal: return {**_literal_type(args), 'enum': list(args)}
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
-        return json_schema(rest[0]) if len(rest) == 1 else {'anyOf': [json_schema(a) for a in rest]}
-    if origin in _ARRAYS: return {'type': 'array', **({'items': json_schema(args[0])} if args else {})}
+        return _schema_of(rest[0]) if len(rest) == 1 else {'anyOf': [_schema_of(a) for a in rest]}
+    if origin in _ARRAYS: return {'type': 'array', **({'items': _schema_of(args[0])} if args else {})}
     if origin in (dict, collections.abc.Mapping): return {'type': 'object'}
     try: return TypeAdapter(hint).json_schema()
     except Exception: return {}
 
+def _hoist(s:dict) -> dict:
+    "`s` with the `$defs` of the pydantic schemas inside it moved to its top, where their `$ref`s point."
+    defs = {}
+    def walk(x):
+        if isinstance(x, dict):
+            defs.update(x.pop('$defs', None) or {})
+            for v in x.values(): walk(v)
+        elif isinstance(x, list):
+            for v in x: walk(v)
+    walk(s)
+    return {**s, '$defs': defs} if defs else s
+
+def json_schema(hint) -> dict:
+    "A JSON Schema for a Python type hint, kept as plain as a model reads best; models' `$defs` at its top."
+    return _hoist(_schema_of(hint))
+
+# %% ../nbs/03_tools.ipynb #47267599
+_HOPS = 16  # `$ref`s followed in a row at most; a longer chain counts as any value
+
+def _pointer(root, ref:str) -> dict|None:
+    "The schema a local `$ref` names in `root` (`#`, `#/$defs/Name`, `#/definitions/Name`...), or None."
+    if ref == '#': return root if isinstance(root, dict) else None
+    if not ref.startswith('#/') or len(ref) > 500: return None
+    node = root
+    for part in ref[2:].split('/'):
+        part = unquote(part).replace('~1', '/').replace('~0', '~')
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+def deref(s, # a schema, maybe `{"$ref": "#/$defs/Name", "description": ...}`
+          root) -> dict: # the document its `$ref`s point into
+    "`s` with its `$ref` followed within `root` (its own keys kept over the target's); `{}` where none leads."
+    seen = set()
+    while isinstance(s, dict) and '$ref' in s:
+        ref, own = s['$ref'], {k: v for k, v in s.items() if k != '$ref'}
+        target = _pointer(root, ref) if isinstance(ref, str) and ref not in seen and len(seen) < _HOPS else None
+        if target is None: return own
+        seen.add(ref)
+        s = {**target, **own}
+    return s if isinstance(s, dict) else {}
+
 # %% ../nbs/03_tools.ipynb #b03c38bd
-def schema_label(s:dict) -> str:
-    "A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\", 'string or integer'."
-    if not isinstance(s, dict): return 'any value'
-    if 'enum' in s: return 'one of ' + ', '.join(map(repr, s['enum']))
+_LABEL_NODES = 40  # schemas one label describes at most
+_FEW = 20  # enum values, alternatives or properties named at most
+
+def _props_label(s:dict, root, left:list, stack:tuple) -> str:
+    need = s.get('required') if isinstance(s.get('required'), list) else []
+    parts = []
+    for k, v in itertools.islice(s['properties'].items(), _FEW):
+        if left[0] <= 0: parts.append('…'); break
+        parts.append(f"{str(k)[:40]}{'' if k in need else '?'}: {_describe(v, root, left, stack)}")
+    return '{' + ', '.join(parts) + '}'
+
+def _describe(s, root, left:list, stack:tuple) -> str:
+    "`schema_label`, within a budget `left` of schemas to describe and the `$ref`s being spelled out (`stack`)."
+    left[0] -= 1
+    if left[0] < 0: return '…'
+    ref = s.get('$ref') if isinstance(s, dict) else None
+    ref = ref if isinstance(ref, str) else None
+    name = ref.rsplit('/', 1)[-1][:40] if ref and ref != '#' else None
+    if ref and ref in stack: return name or 'object'  # a model inside itself
+    s, stack = deref(s, root), stack + (ref,) if ref else stack
+    if isinstance(s.get('enum'), list):
+        return 'one of ' + ', '.join(repr(v)[:60] for v in s['enum'][:_FEW]) + (', …' if len(s['enum']) > _FEW else '')
     alts = s.get('anyOf') or s.get('oneOf')
-    if isinstance(alts, list): return ' or '.join(schema_label(x) for x in alts)
+    if isinstance(alts, list): return ' or '.join(_describe(x, root, left, stack) for x in alts[:_FEW])
     t = s.get('type')
-    if isinstance(t, list): return ' or '.join(schema_label({**s, 'type': x}) for x in t if x != 'null') or 'null'
-    if t == 'array' and 'items' in s: return f"array of {schema_label(s['items'])}"
-    return t or 'any value'
+    if isinstance(t, list): return ' or '.join(_describe({**s, 'type': x}, root, left, stack) for x in t if x != 'null') or 'null'
+    if t == 'array' and 'items' in s: return f"array of {_describe(s['items'], root, left, stack)}"
+    if t in ('object', None) and isinstance(s.get('properties'), dict) and s['properties'] and left[0] > 0:
+        return ' '.join(filter(None, ['object', name, _props_label(s, root, left, stack)]))
+    return t if isinstance(t, str) else 'object' if 'properties' in s else 'any value'
+
+def schema_label(s:dict, # a JSON Schema
+                 root:dict|None=None) -> str: # the document its `$ref`s point into; default: `s`
+    "A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\", 'object {name: string, age?: integer}'."
+    if not isinstance(s, dict): return 'any value'
+    return _describe(s, s if root is None else root, [_LABEL_NODES], ())
 
 # %% ../nbs/03_tools.ipynb #56ffdab1
 _LAX = ConfigDict(coerce_numbers_to_str=True)  # a model that sends 12345 for a string id meant '12345'
@@ -74,10 +141,12 @@ class _Param:
     default: Any
     doc: str|None = None
     given: dict|None = None  # the parameter's own JSON Schema, for a tool defined by one
+    root: dict|None = None  # the document the schema's `$ref`s point into; default: the schema itself
     def __post_init__(self):
         self.required = self.default is inspect.Parameter.empty
         base = json_schema(self.hint) if self.given is None else self.given
         self.schema = {**base, **({'description': self.doc} if self.doc else {})}
+        self.root = self.schema if self.root is None else self.root
         self.validator = _validator(self.hint)
 
 # %% ../nbs/03_tools.ipynb #d39e5f44
@@ -104,26 +173,30 @@ def _params(fn) -> tuple[list[_Param], bool]:
 # %% ../nbs/03_tools.ipynb #d3de22d3
 _JSON_HINTS = {'string': str, 'integer': int, 'number': int|float, 'boolean': bool, 'object': dict, 'null': type(None)}
 
-def _hint_of(s) -> Any:
+def _hint_of(s, root=None, left:list|None=None) -> Any:
     "A Python type for a JSON Schema, close enough to coerce what a model sends; `Any` where unsure."
-    if not isinstance(s, dict): return Any
+    left = [_LABEL_NODES] if left is None else left  # schemas looked at, at most
+    left[0] -= 1
+    if left[0] < 0: return Any
+    s = deref(s, root)
     if isinstance(s.get('enum'), list) and s['enum']:
         try: return Literal[tuple(s['enum'])]
         except TypeError: return Any  # unhashable values
     alts = s.get('anyOf') or s.get('oneOf') or s.get('type')
     if isinstance(alts, list):
-        hints = [_hint_of(a if isinstance(a, dict) else {**s, 'type': a}) for a in alts]
+        hints = [_hint_of(a if isinstance(a, dict) else {**s, 'type': a}, root, left) for a in alts[:_FEW]]
         return Any if not hints or Any in hints else Union[tuple(hints)]
-    if alts == 'array': return list[_hint_of(s['items'])] if isinstance(s.get('items'), dict) else list
+    if alts == 'array': return list[_hint_of(s['items'], root, left)] if isinstance(s.get('items'), dict) else list
     return _JSON_HINTS.get(alts, Any) if isinstance(alts, str) else Any
 
 # %% ../nbs/03_tools.ipynb #52e0c1e3
-def _schema_param(name:str, s, need:set) -> _Param:
+def _schema_param(name:str, s, need:set, root:dict) -> _Param:
     "One parameter from its schema: required if listed so, else its default (None when it has none)."
-    s = s if isinstance(s, dict) else {}
+    s = deref(s, root)
     doc = s['description'] if isinstance(s.get('description'), str) else None
     given = {k: v for k, v in s.items() if k not in ('description', 'title')}
-    return _Param(name, _hint_of(s), inspect.Parameter.empty if name in need else s.get('default'), doc, given)
+    default = inspect.Parameter.empty if name in need else s.get('default')
+    return _Param(name, _hint_of(s, root), default, doc, given, root)
 
 def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
     "The parameters a JSON Schema of an object lists, and whether it takes other keys too."
@@ -132,7 +205,7 @@ def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
             f"Tool {tool_name!r}: parameters must be a JSON Schema of type 'object' with 'properties', "
             f"got {repr(schema)[:200]}.")
     need = set(schema.get('required') or [])
-    params = [_schema_param(str(n), s, need) for n, s in (schema.get('properties') or {}).items()]
+    params = [_schema_param(str(n), s, need, schema) for n, s in (schema.get('properties') or {}).items()]
     return params, schema.get('additionalProperties') is True
 
 # %% ../nbs/03_tools.ipynb #b33eab58
@@ -160,19 +233,34 @@ _PLACEHOLDER = {'string': '…', 'integer': 1, 'number': 1.0, 'boolean': True, '
 def _first_line(doc:str|None) -> str: return (doc or '').strip().split('\n')[0].strip()
 
 def _own_schema(params:list[_Param]) -> dict:
-    return {'type': 'object', 'properties': {p.name: p.schema for p in params},
-            'required': [p.name for p in params if p.required]}
+    "The tool's schema, the `$defs` of its parameters' models at the top where their `$ref`s point."
+    props = {p.name: {k: v for k, v in p.schema.items() if k != '$defs'} for p in params}
+    defs = {k: v for p in params for k, v in (p.schema.get('$defs') or {}).items()}
+    return {'type': 'object', 'properties': props, 'required': [p.name for p in params if p.required],
+            **({'$defs': defs} if defs else {})}
 
 def _given_schema(s:dict) -> dict:
     "A given schema as function calling takes it: an object with properties, without `$schema` (some APIs refuse it)."
     return {'type': 'object', 'properties': {}} | {k: v for k, v in s.items() if k != '$schema'}
 
+def _example_of(s, root, left:list):
+    "A value of schema `s` for an example call: the first enum value, a placeholder, an object's required keys."
+    left[0] -= 1
+    if left[0] < 0: return '…'
+    s = deref(s, root)
+    alts = s.get('anyOf') or s.get('oneOf')
+    if isinstance(alts, list) and alts: s = deref(next((a for a in alts if a != {'type': 'null'}), alts[0]), root)
+    t = s.get('type')
+    t = next((x for x in t if x != 'null'), None) if isinstance(t, list) else t
+    if isinstance(s.get('enum'), list) and s['enum']: return s['enum'][0]
+    if t == 'array': return [_example_of(s.get('items'), root, left)]
+    props, need = s.get('properties'), s.get('required')
+    if isinstance(props, dict) and isinstance(need, list):
+        return {k: _example_of(props[k], root, left) for k in need[:_FEW] if k in props}
+    return _PLACEHOLDER.get(t, '…') if isinstance(t, str) else '…'
+
 def _example_value(p:_Param):
-    if not p.required: return p.default
-    s = p.schema
-    if 'enum' in s: return s['enum'][0]
-    if s.get('type') == 'array': return [_PLACEHOLDER.get(s.get('items', {}).get('type'), '…')]
-    return _PLACEHOLDER.get(s.get('type'), '…')
+    return p.default if not p.required else _example_of(p.schema, p.root, [_LABEL_NODES])
 
 # %% ../nbs/03_tools.ipynb #2dca5043
 def _check_name(name:str) -> str:
@@ -275,6 +363,52 @@ def suggest_name(name:str, # the name the model used
     hit = process.extractOne(n, list(by_norm), scorer=_name_score, score_cutoff=cutoff)
     return by_norm[hit[0]] if hit else None
 
+# %% ../nbs/03_tools.ipynb #75c0b85d
+_JSON_TYPE = {bool: 'boolean', int: 'integer', float: 'number', str: 'string', type(None): 'null',
+              dict: 'object', list: 'array', tuple: 'array'}
+_CHECK_NODES = 2000  # schemas one check visits at most; past that the tool's owner checks the rest
+
+def _fits(v, t) -> bool:
+    k = _JSON_TYPE.get(type(v))
+    return k == t or (t == 'number' and k == 'integer') or (t == 'integer' and k == 'number' and v.is_integer())
+
+def _alternative(v, alts:list, root, at:str, left:list, depth:int) -> str|None:
+    "None if `v` fits one of `alts`, else what is wrong for the first alternative of its JSON type."
+    errs = [_mismatch(v, a, root, at, left, depth + 1) for a in alts[:_FEW]]
+    if not all(errs): return None
+    near = [e for a, e in zip(alts, errs) if not e.startswith(f"'{at}' expects")]
+    return near[0] if near else f"'{at}' expects {schema_label({'anyOf': alts}, root)}, got {short_repr(v)}"
+
+# %% ../nbs/03_tools.ipynb #6941092e
+def _object_mismatch(v:dict, s:dict, root, at:str, left:list, depth:int) -> str|None:
+    props = s.get('properties') if isinstance(s.get('properties'), dict) else {}
+    need = s.get('required') if isinstance(s.get('required'), list) else []
+    for k in need[:100]:
+        if isinstance(k, str) and k not in v: return f"'{at}' is missing {k!r} ({schema_label(props.get(k), root)})"
+    extra = s.get('additionalProperties')
+    for k, x in v.items():
+        if k in props: e = _mismatch(x, props[k], root, f"{at}.{k}", left, depth + 1)
+        elif extra is False: e = f"'{at}' has no key {short_repr(k)}; it takes {', '.join(map(repr, list(props)[:_FEW]))}"
+        else: e = _mismatch(x, extra, root, f"{at}.{k}", left, depth + 1) if isinstance(extra, dict) else None
+        if e: return e
+    return None
+
+def _mismatch(v, s, root, at:str, left:list|None=None, depth:int=0) -> str|None:
+    "What is wrong with value `v` for schema `s`, naming where (`'person.home.city'`), or None if nothing is."
+    left = [_CHECK_NODES] if left is None else left
+    left[0] -= 1
+    if left[0] < 0 or depth > 32: return None
+    s = deref(s, root)
+    if isinstance(s.get('enum'), list) and v not in s['enum'] or isinstance(s.get('type'), str) and not _fits(
+        v, s['type']) or isinstance(s.get('type'), list) and not any(_fits(v, t) for t in s['type'][:_FEW]):
+        return f"'{at}' expects {schema_label(s, root)}, got {short_repr(v)}"
+    alts = s.get('anyOf') or s.get('oneOf')
+    if isinstance(alts, list) and alts: return _alternative(v, alts, root, at, left, depth)
+    if isinstance(v, dict): return _object_mismatch(v, s, root, at, left, depth)
+    if isinstance(v, (list, tuple)) and isinstance(s.get('items'), dict):
+        return next((e for i, x in enumerate(v) if (e := _mismatch(x, s['items'], root, f"{at}[{i}]", left, depth + 1))), None)
+    return None
+
 # %% ../nbs/03_tools.ipynb #ec7ffa1d
 def _loosen(v, s:dict):
     "Undo the usual ways a model mangles a value, before validation."
@@ -290,12 +424,20 @@ def _loosen(v, s:dict):
     if t == 'array' and not isinstance(v, (list, tuple, set)): v = [v]
     return v
 
-def _coerce(p:_Param, v, loose:bool=True) -> tuple[Any, str|None]: # loose=False: `v` must have the type already
-    "`v` as `p`'s type, or `v` with a sentence saying what was wrong."
-    if p.validator is None or type(v) is p.hint or (v is None and p.default is None): return v, None
+def _typed(p:_Param, v, loose:bool) -> tuple[Any, str|None]:
+    if p.validator is None or type(v) is p.hint: return v, None
     try: return (p.validator.validate_python(_loosen(v, p.schema)) if loose
                  else p.validator.validate_python(v, strict=True)), None
-    except ValidationError: return v, f"'{p.name}' expects {schema_label(p.schema)}, got {short_repr(v)}"
+    except ValidationError:
+        near = _mismatch(v, p.schema, p.root, p.name) if isinstance(v, (dict, list)) else None  # where inside
+        return v, near or f"'{p.name}' expects {schema_label(p.schema, p.root)}, got {short_repr(v)}"
+
+def _coerce(p:_Param, v, loose:bool=True) -> tuple[Any, str|None]: # loose=False: `v` must have the type already
+    "`v` as `p`'s type, or `v` with a sentence saying what was wrong; a given schema's insides are checked too."
+    if v is None and p.default is None: return v, None
+    out, err = _typed(p, v, loose)
+    if err is None and p.given is not None: err = _mismatch(out, p.schema, p.root, p.name)
+    return (v, err) if err else (out, None)
 
 # %% ../nbs/03_tools.ipynb #10af1c11
 _POSITIONAL = re.compile(r'^_(\d+)$')
@@ -345,7 +487,7 @@ def prepare_args(self:Tool, args:dict,
             kw[p.name], err = _coerce(p, kw[p.name], coerce)
             if err: problems.append(err)
         elif p.required:
-            problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema)}{': ' + p.doc if p.doc else ''})")
+            problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema, p.root)}{': ' + p.doc if p.doc else ''})")
     return kw, notes, problems
 
 # %% ../nbs/03_tools.ipynb #dab0b07d
@@ -553,7 +695,7 @@ def remove(self:ToolRegistry, name:str) -> Tool:
 # %% ../nbs/03_tools.ipynb #43cfd7f8
 def _param_line(p:_Param) -> str:
     need = 'required' if p.required else 'optional' + (f', default {p.default!r}' if p.default is not None else '')
-    return f"- {p.name} ({schema_label(p.schema)}, {need})" + (f": {p.doc}" if p.doc else '')
+    return f"- {p.name} ({schema_label(p.schema, p.root)}, {need})" + (f": {p.doc}" if p.doc else '')
 
 def _prompt_block(t:Tool) -> str:
     also = [f"Also answers to: {', '.join(t.aliases)}."] if t.aliases else []
@@ -573,7 +715,7 @@ def _repr_markdown_(self:ToolRegistry) -> str:
     rows = ['| tool | what it does | parameters | example |', '|---|---|---|---|']
     for t in self:
         opt = lambda p: '' if p.required else ' (optional)' if p.default is None else f" = `{p.default!r}`"
-        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema))}{opt(p)}" for p in t.params)
+        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema, p.root))}{opt(p)}" for p in t.params)
         also = (f" (also {', '.join(t.aliases)})" if t.aliases else '') + (f" from {t.source}" if t.source else '')
         rows.append(f"| `{t.name}`{also} | {_cell(t.description)} | {ps or '—'} | `{_cell(t.example)}` |")
     return '\n'.join(rows)

@@ -1,7 +1,7 @@
 """The MCP commands of `reach`, in real processes: `reach ask --mcp CONFIG` gives the agent the tools of the servers
-in a desktop-client config file; `reach mcp serve --http PORT` serves the risk tools to the SDK's client."""
-import json, subprocess, sys, time
-import httpx, pytest
+in a desktop-client config file (one that names no server is an error); `reach mcp serve --http PORT` serves the
+risk tools to the SDK's client, says the URL to connect to, and refuses a port in use."""
+import json, subprocess, sys
 from browser import free_port
 from test_mcp_server import _session, _check
 
@@ -41,18 +41,30 @@ def test_mcp_serve_over_http_serves_the_risk_tools(tmp_path):
     import asyncio
     port = free_port()
     proc = subprocess.Popen(['reach', 'mcp', 'serve', '--http', str(port)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try: httpx.get(f'http://127.0.0.1:{port}/', timeout=1); break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stderr.read()[-2000:]
-                assert time.monotonic() < deadline, 'reach mcp serve did not listen within 60s'
-                time.sleep(0.2)
-        _check(asyncio.run(_session(f'http://127.0.0.1:{port}/mcp')))
+        line = proc.stdout.readline()  # said once the port listens
+        url = f'http://127.0.0.1:{port}/mcp'
+        assert line.strip().endswith(f'clients connect to {url}'), (line, proc.stderr.read()[-2000:] if not line else '')
+        _check(asyncio.run(_session(url)))
     finally:
         proc.terminate(); proc.wait(10)
+
+
+def test_mcp_serve_on_a_port_in_use_is_one_error_line(tmp_path):
+    import socket
+    with socket.create_server(('127.0.0.1', 0)) as taken:
+        port = taken.getsockname()[1]
+        r = _reach('mcp', 'serve', '--http', str(port), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.startswith(f'Error: port {port} is in use in option --http: stop what listens there'), r.stderr
+
+
+def test_an_mcp_config_with_no_server_is_one_error_line(tmp_path):
+    (tmp_path/'empty.json').write_text('{"mcpServers": {}}')
+    r = _reach('ask', '--mcp', str(tmp_path/'empty.json'), '--model', 'echo', 'q', cwd=tmp_path)
+    assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.startswith(f'Error: "mcpServers" names no server in {tmp_path/"empty.json"}: add a server'), r.stderr
 
 
 def test_mcp_serve_refuses_a_bad_port(tmp_path):

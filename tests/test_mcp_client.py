@@ -1,5 +1,5 @@
-"""The MCP client against a real server process (tests/mcp_servers/fault_server.py): tools from schemas, error
-results, timeouts, non-text content, a server that crashes or is killed mid-call and comes back at the next call,
+"""The MCP client against real server processes (tests/mcp_servers/): tools from schemas (a pydantic model argument
+among them), error results, timeouts, non-text content, a server that crashes or is killed mid-call and comes back at the next call,
 a server that does not start, tools that appear while an agent runs, and config files with several servers."""
 import asyncio, json, os, re, signal, subprocess, sys, threading, time
 
@@ -11,7 +11,7 @@ from reach_nb.mcp_tools import MCPTools, load_mcp_config, mcp_registry
 from reach_nb.react import ReActAgent
 from reach_nb.tools import ToolRegistry
 
-from mcp_servers.support import FAULTS, fault_spec
+from mcp_servers.support import FAULTS, MODELS, fault_spec
 
 
 @pytest.fixture(params=['auto', 'legacy'])
@@ -175,7 +175,7 @@ def test_a_config_with_one_bad_server_closes_the_good_one(tmp_path):
     with pytest.raises(UserError, match="MCP server 'bad' did not start"): mcp_registry(cfg)
     assert subprocess.run(['pgrep', '-f', str(FAULTS)], capture_output=True).stdout == b''  # 'good' was stopped too
     cfg.write_text(json.dumps({'mcpServers': {'bad': {'args': []}}}))
-    with pytest.raises(UserError, match=r"""server 'bad' has neither "command" and "url" in .*servers.json: give"""):
+    with pytest.raises(UserError, match=r"""server 'bad' has neither "command" nor "url" in .*servers.json: give"""):
         mcp_registry(cfg)
 
 
@@ -207,3 +207,57 @@ def test_a_server_tool_named_like_a_local_tool_takes_the_prefix():
         assert reg.names[:3] == ['echo', 'faults__echo', 'pid']
         assert (reg.call('echo', {'text': 'x'}).content, reg.call('faults__echo', {'text': 'x'}).content) == ('local x', 'x')
     assert hub.registry.names == ['echo']  # closing takes only the server's tools away
+
+
+def test_a_model_argument_is_shown_and_checked_before_the_call():
+    with MCPTools() as hub:
+        hub.add('models', {'command': sys.executable, 'args': [str(MODELS)]})
+        reg = hub.registry
+        prompt = reg.render_prompt()
+        assert ("- query (object {table: string, window: object Window {start: string, days?: integer}, "
+                "tags?: array of string}, required)") in prompt, prompt
+        assert "Example: run_query(query={'table': '…', 'window': {'start': '…'}}, dry=False)" in prompt, prompt
+        assert set(reg['run_query'].schema()['function']['parameters']['$defs']) == {'Query', 'Window'}
+        ob = reg.call('run_query', {'query': 'orders last week'})  # a string for the object: refused here
+        assert (ob.ok, ob.error) == (False, 'bad_args')
+        assert ob.content.startswith("Bad arguments for run_query: 'query' expects object {table: string, "), ob.content
+        ob = reg.call('run_query', {'query': {'table': 'orders', 'window': {'start': 20240501}, 'tags': 'x'}})
+        assert (ob.ok, ob.error) == (False, 'bad_args')
+        assert "'query.window.start' expects string, got 20240501" in ob.content, ob.content
+        ob = reg.call('run_query', {'query': {'table': 'orders'}})
+        assert "'query' is missing 'window' (object Window {start: string, days?: integer})" in ob.content, ob.content
+        assert reg.call('calls_seen').content == '0'  # none of them reached the server
+        ob = reg.call('run_query', {'query': '{"table": "orders", "window": {"start": "2024-05-01", "days": 3}}'})
+        assert (ob.ok, ob.content) == (True, 'orders from 2024-05-01 for 3 days'), ob.content
+        assert reg.call('calls_seen').content == '1'
+
+
+def test_the_first_call_does_not_compile_the_iri_grammar():
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "from reach_nb.mcp_tools import MCPTools\nfrom mcp_servers.support import fault_spec\n"
+            "with MCPTools() as hub:\n    hub.add('faults', fault_spec())\n"
+            "    print(hub.registry.call('echo', {'text': 'a'}).content, 'jsonschema' in sys.modules,"
+            " 'rfc3987_syntax' in sys.modules)")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.split() == ['a', 'True', 'False'], out.stderr[-2000:]
+
+
+def test_a_config_that_names_no_server_says_so(tmp_path):
+    cfg = tmp_path / 'servers.json'
+    cfg.write_text('{"mcpServers": {}}')
+    with pytest.raises(UserError, match=r'"mcpServers" names no server in .*servers.json: add a server'): mcp_registry(cfg)
+    with pytest.raises(UserError, match='"mcpServers" names no server in the MCP config'): mcp_registry({'mcpServers': {}})
+    cfg.write_text(json.dumps({'mcpServers': {'off': {'command': 'x', 'disabled': True}}}))
+    with pytest.raises(UserError, match=r'every server in "mcpServers" is disabled \(off\) in .*servers.json: enable one'):
+        mcp_registry(cfg)
+
+
+def test_an_unreachable_url_is_not_said_to_have_not_started():
+    from reach_nb.mcp_tools import MCPHTTPServer
+    with pytest.raises(UserError) as e: mcp_registry({'gone': 'http://127.0.0.1:9/mcp'}, start_timeout=10)
+    assert str(e.value).startswith("MCP server 'gone' could not be reached (no connection: "), e.value
+    with MCPHTTPServer() as http:
+        with pytest.raises(UserError) as e: mcp_registry({'wrong': http.url.replace('/mcp', '/nope')}, start_timeout=10)
+    assert str(e.value).startswith("MCP server 'wrong' could not be reached (it answered 'Not Found', not as an MCP "
+                                   "server) in url http://127.0.0.1:"), e.value

@@ -9,6 +9,7 @@ from browser import ensure_python_package, free_port  # noqa: F401  (re-exported
 
 HERE = Path(__file__).parent
 FAULTS = HERE / 'fault_server.py'
+MODELS = HERE / 'model_server.py'
 SERVE_RISK = 'from reach_nb.mcp_tools import serve_mcp; serve_mcp()'
 NPM_DIR = Path(os.environ.get('REACH_NPM_CACHE', Path.home() / '.cache' / 'reach_nb' / 'npm'))
 # Pinned: the Inspector's 0.21 line runs on Node 20 (later lines ask for Node 22).
