@@ -17,23 +17,24 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 import reach_nb
 from .core import *
-from .config import data_path, load_settings, resolve_path, shipped
+from .config import MAX_YAML_DEPTH, check_yaml, data_path, load_settings, read_capped, resolve_path, shipped
 from .llm import ChatModel, FaultyLLM, get_model
 from .parse import parse_json
 from .react import SAFEGUARDS
 from .risk_data import ensure_dataset, ground_truth
-from .risk_tools import RiskWorkspace
+from .risk_tools import RiskDB, RiskWorkspace
 from .sim_analyst import AGENTS, data_note, make_agent, risk_tools
 
 # %% auto #0
-__all__ = ['JUDGE_PROMPT', 'GRADERS', 'REGISTRY_SAFEGUARDS', 'NOT_SIMULATED', 'ABLATIONS', 'RATES', 'Task', 'eval_dir',
-           'task_schema', 'task_files', 'check_task', 'read_tasks', 'load_tasks', 'data_params', 'truth_rows',
-           'compute_truth', 'incident_rows', 'Grade', 'normal_text', 'exact', 'numbers', 'numeric', 'claims',
-           'none_claim', 'set_grade', 'mentions', 'contains', 'judge_grade', 'without_question', 'grade', 'switchable',
-           'build_agent', 'EvalConfig', 'run_seed', 'make_model', 'said_not_simulated', 'run_status', 'format_counts',
-           'run_row', 'run_one', 'run_key', 'Results', 'trace_path', 'evaluate', 'wilson', 'declined', 'metrics',
-           'summary', 'text_table', 'level_table', 'safeguard_table', 'ablation_name', 'ablation_configs',
-           'ablation_variant', 'ablation_cells', 'ablation_table', 'default_out', 'rows_of', 'eval_cli']
+__all__ = ['TRUTH_FUNCTIONS', 'MAX_TRUTH_ROWS', 'TRUTH_TIMEOUT', 'JUDGE_PROMPT', 'GRADERS', 'REGISTRY_SAFEGUARDS',
+           'NOT_SIMULATED', 'ABLATIONS', 'RATES', 'Task', 'eval_dir', 'task_schema', 'task_files', 'truth_function',
+           'check_task', 'read_tasks', 'load_tasks', 'data_params', 'truth_rows', 'compute_truth', 'incident_rows',
+           'Grade', 'normal_text', 'exact', 'numbers', 'numeric', 'claims', 'none_claim', 'set_grade', 'mentions',
+           'contains', 'judge_grade', 'without_question', 'grade', 'switchable', 'build_agent', 'EvalConfig',
+           'run_seed', 'make_model', 'said_not_simulated', 'run_status', 'format_counts', 'run_row', 'run_one',
+           'run_key', 'Results', 'trace_path', 'evaluate', 'wilson', 'declined', 'metrics', 'summary', 'text_table',
+           'level_table', 'safeguard_table', 'ablation_name', 'ablation_configs', 'ablation_variant', 'ablation_cells',
+           'ablation_table', 'default_out', 'rows_of', 'eval_cli']
 
 # %% ../nbs/41_eval.ipynb #675b35a2
 class Task(BaseModel):
@@ -82,12 +83,23 @@ def _problem(e:jsonschema.ValidationError) -> str:
     where = '.'.join(map(str, path))
     return f"{where}: {e.message}" if where else e.message
 
+TRUTH_FUNCTIONS: dict[str, Callable] = {  # 'module:function' -> function: the only code a task's truth may run
+    'reach_nb.eval:incident_rows': lambda db, **args: incident_rows(db, **args)}  # incident_rows comes below
+
+def truth_function(name:str): # how task files name it, 'module:function'
+    "Register `f(db, **args)` as a truth function that task files may name in `truth: {python: ...}`."
+    def register(f): TRUTH_FUNCTIONS[name] = f; return f
+    return register
+
 def check_task(raw, # one task as read from a file
                where:str) -> Task: # the file (and line), for the message
     "A `Task` from `raw`, or a `UserError` naming the file, the task and what is wrong."
     tid = raw.get('id', '?') if isinstance(raw, dict) else '?'
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(task_schema()).iter_errors(raw))
     if err is not None: raise UserError(f"task {tid!r}: {_problem(err)}", where, _TODO)
+    if (fn := raw['truth'].get('python')) is not None and fn not in TRUTH_FUNCTIONS:
+        raise UserError(f"task {tid!r}: truth.python {fn!r} is not a truth function", where,
+                        f"use one of {', '.join(sorted(TRUTH_FUNCTIONS))}, or register yours with @truth_function")
     for key in ('pattern', 'subject'):
         if (p := raw['grader'].get(key)) is None: continue
         try: re.compile(p)
@@ -97,7 +109,9 @@ def check_task(raw, # one task as read from a file
 
 # %% ../nbs/41_eval.ipynb #2a894265
 def _yaml_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
-    try: data = yaml.safe_load(text)
+    try:
+        check_yaml(text, str(path))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         line = getattr(getattr(e, 'problem_mark', None), 'line', None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
@@ -106,23 +120,38 @@ def _yaml_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
         raise UserError("no 'tasks' list", str(path), "write 'tasks:' followed by a list of tasks")
     return [(t, str(path)) for t in data['tasks']]
 
+def _too_deep(x, limit:int=MAX_YAML_DEPTH) -> bool:
+    "Whether `x` nests lists and dicts deeper than `limit` (walked without recursion)."
+    stack = [(x, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if not isinstance(v, (list, dict)): continue
+        if depth > limit: return True
+        stack += [(c, depth + 1) for c in (v.values() if isinstance(v, dict) else v)]
+    return False
+
 def _jsonl_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip(): continue
-        try: out.append((json.loads(line), f"{path}:{i}"))
+        try: raw = json.loads(line)
         except ValueError as e:
             raise UserError(f"not a JSON object ({e})", f"{path}:{i}", 'write one task per line') from None
+        except RecursionError: raw = None
+        if raw is None or _too_deep(raw):
+            raise UserError(f"the JSON nests deeper than {MAX_YAML_DEPTH} levels", f"{path}:{i}",
+                            'write the task out plainly')
+        out.append((raw, f"{path}:{i}"))
     return out
 
 # %% ../nbs/41_eval.ipynb #84eaf254
 def read_tasks(path) -> list[Task]:
     "The tasks of one file, each checked."
     path = Path(path)
-    try: text = path.read_text(encoding='utf-8')
+    try: text = read_capped(path)
     except FileNotFoundError: raise UserError('no such task file', str(path), 'give a YAML or JSON-lines task file, '
                                               'or a folder of them') from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise UserError(f"cannot read the task file ({e})", str(path), 'give a UTF-8 YAML or JSON-lines file') from None
     read = _jsonl_tasks if path.suffix == '.jsonl' else _yaml_tasks
     return [check_task(raw, where) for raw, where in read(path, text)]
@@ -141,9 +170,9 @@ def load_tasks(paths=None, # task files or folders; default `data/eval/tasks`
     return [t for t in tasks if keep(t)]
 
 # %% ../nbs/41_eval.ipynb #c9aec9d0
-def data_params(con) -> dict:
+def data_params(rdb:RiskDB) -> dict:
     "The values a truth query may use: `$first_day` and `$last_day` of the transactions."
-    lo, hi = con.execute("SELECT min(ts)::DATE, max(ts)::DATE FROM transactions").fetchone()
+    lo, hi = rdb.date_range()
     return {'first_day': lo, 'last_day': hi}
 
 def _value(v):
@@ -158,28 +187,30 @@ def _rows(out) -> list[tuple]:
     return [tuple(map(_value, r)) if isinstance(r, (list, tuple)) else (_value(r),) for r in items]
 
 # %% ../nbs/41_eval.ipynb #b670d8c6
-def truth_rows(task:Task, con, db:Path, params:dict) -> list[tuple]:
-    "The expected rows of `task`: its query run on `con`, or its function called on the dataset's path."
-    if 'sql' in task.truth:
-        sql = task.truth['sql']
-        used = {k: v for k, v in params.items() if re.search(rf'\${k}\b', sql)}
-        return _rows(con.execute(sql, used).fetchall())
-    mod, _, fn = task.truth['python'].partition(':')
-    return _rows(getattr(importlib.import_module(mod), fn)(db, **task.truth.get('args', {})))
+MAX_TRUTH_ROWS = 10_000  # rows a task's truth may give
+TRUTH_TIMEOUT = 60.0     # seconds a truth query may run
+
+def truth_rows(task:Task, rdb:RiskDB, params:dict) -> list[tuple]:
+    "The expected rows of `task`: its query run on the tools' locked-down connection `rdb`, or its truth function."
+    if 'sql' in task.truth: return _rows(rdb.rows_of(task.truth['sql'], params, MAX_TRUTH_ROWS))
+    rows = _rows(TRUTH_FUNCTIONS[task.truth['python']](rdb.path, **task.truth.get('args', {})))
+    if len(rows) > MAX_TRUTH_ROWS: raise ValueError(f'the function gives more than {MAX_TRUTH_ROWS:,} rows')
+    return rows
 
 def _needs_rows(task:Task) -> bool: return task.grader['kind'] in ('exact', 'numeric', 'contains')
 
 def compute_truth(tasks:list[Task], db) -> dict[str, list[tuple]]:
     "Every task's expected rows from the dataset at `db`; a task whose truth fails is a `UserError`."
-    out = {}
-    with duckdb.connect(str(db), read_only=True) as con:
-        params = data_params(con)
+    out, rdb = {}, RiskDB(db, query_timeout=TRUTH_TIMEOUT)
+    try:
+        params = data_params(rdb)
         for t in tasks:
-            try: out[t.id] = truth_rows(t, con, Path(db), params)
+            try: out[t.id] = truth_rows(t, rdb, params)
             except Exception as e: raise UserError(f"task {t.id!r}: its truth failed ({type(e).__name__}: "
                                                    f"{str(e).splitlines()[0][:200]})", t.source, 'fix the truth')
             if not out[t.id] and _needs_rows(t): raise UserError(
                 f"task {t.id!r}: its truth is empty", t.source, "use a set grader when nothing is the right answer")
+    finally: rdb.close()
     return out
 
 # %% ../nbs/41_eval.ipynb #c878cc9b

@@ -340,21 +340,37 @@ class RiskDB:
 
 # %% ../nbs/21_risk_tools.ipynb #58001b2a
 @patch
-def run(self:RiskDB, sql:str, params:dict|None=None, limit:int|None=None) -> Rows:
-    "Run one query with bound parameters, at most `limit` rows (default `row_limit`) and the time limit."
-    limit, used = int(limit or self.row_limit), set(re.findall(r'\$(\w+)', sql))
+def _timed(self:RiskDB, go:Callable):
+    "`go(cursor)` on a new cursor of the connection, interrupted after `query_timeout` seconds."
     with self._lock: cur = self.con.cursor()
     done = threading.Event()
     timer = threading.Timer(self.query_timeout, _interrupt_until, (cur, done))
     timer.start()
-    try:
-        bound = {k: v for k, v in (params or {}).items() if k in used}
-        rows = cur.execute(f"{sql}\nLIMIT {limit + 1}", bound).fetchall()
-        cols = [d[0] for d in cur.description]
+    try: return go(cur)
     except duckdb.InterruptException:
         raise QueryTimeout(f"query exceeded {self.query_timeout:g} s; narrow the window or filters") from None
     finally: done.set(); timer.cancel(); cur.close()
-    return Rows(cols, rows[:limit], len(rows) > limit)
+
+def _bound(sql:str, params:dict|None) -> dict:
+    "The parameters `sql` uses ($name), of those given."
+    used = set(re.findall(r'\$(\w+)', sql))
+    return {k: v for k, v in (params or {}).items() if k in used}
+
+@patch
+def run(self:RiskDB, sql:str, params:dict|None=None, limit:int|None=None) -> Rows:
+    "Run one query with bound parameters, at most `limit` rows (default `row_limit`) and the time limit."
+    limit = int(limit or self.row_limit)
+    def go(cur):
+        rows = cur.execute(f"{sql}\nLIMIT {limit + 1}", _bound(sql, params)).fetchall()
+        return Rows([d[0] for d in cur.description], rows[:limit], len(rows) > limit)
+    return self._timed(go)
+
+@patch
+def rows_of(self:RiskDB, sql:str, params:dict|None=None, max_rows:int=10_000) -> list[tuple]:
+    "The rows of `sql` as written (its own ORDER BY and LIMIT) within the time limit; a `ValueError` past `max_rows`."
+    rows = self._timed(lambda cur: cur.execute(sql, _bound(sql, params)).fetchmany(max_rows + 1))
+    if len(rows) > max_rows: raise ValueError(f'the query returns more than {max_rows:,} rows')
+    return rows
 
 # %% ../nbs/21_risk_tools.ipynb #70feb964
 @patch

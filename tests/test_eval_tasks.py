@@ -45,7 +45,7 @@ def test_a_truth_that_fails_on_the_data(tmp_path):
     msg = _fails(tmp_path, json.dumps(GOOD | {'truth': {'sql': 'SELECT count(*) FROM gamez'}}) + '\n')
     assert msg.startswith("task 'mine-games': its truth failed (CatalogException: Catalog Error: Table with name gamez")
     msg = _fails(tmp_path, json.dumps(GOOD | {'truth': {'python': 'reach_nb.eval:no_such_function'}}) + '\n')
-    assert "its truth failed (AttributeError" in msg
+    assert msg.startswith("task 'mine-games': truth.python 'reach_nb.eval:no_such_function' is not a truth function")
 
 
 def test_an_id_used_twice(tmp_path):
@@ -62,3 +62,38 @@ def test_a_task_of_ones_own_runs(tmp_path):
     with Results(tmp_path/'out'/'results.duckdb') as res: [row] = res.rows()
     assert (row['task_id'], row['status'], row['passed']) == ('mine-games', 'passed', True)
     assert lines[0].startswith('1 task · 1 configuration · 1 seed')
+
+
+def test_truth_sql_cannot_write_or_read_files(tmp_path):
+    pth = tmp_path/'site'/'owned.pth'
+    pth.parent.mkdir()
+    for sql in (f"COPY (SELECT 'import os; os.system(\"touch {tmp_path}/ran\")' AS x) TO '{pth}' (HEADER false)",
+                "SELECT content FROM read_text('/etc/shadow')", "SELECT * FROM read_csv('/etc/passwd')",
+                f"ATTACH '{tmp_path}/other.duckdb' AS o", "INSTALL httpfs", "SET enable_external_access = true"):
+        msg = _fails(tmp_path, json.dumps(GOOD | {'truth': {'sql': sql}}) + '\n')
+        assert msg.startswith("task 'mine-games': its truth failed (") and 'Exception' in msg, msg
+    assert list(tmp_path.iterdir()) == [tmp_path/'mine.jsonl', tmp_path/'site'] and not any(pth.parent.iterdir())
+
+
+@pytest.mark.parametrize('fn', ['shutil:copy', 'os:remove', 'builtins:exec', 'reach_nb.eval:compute_truth'])
+def test_only_registered_truth_functions_run(tmp_path, fn):
+    target = tmp_path/'keep.txt'
+    target.write_text('still here')
+    msg = _fails(tmp_path, json.dumps(GOOD | {'truth': {'python': fn, 'args': {'path': str(target)}}}) + '\n')
+    assert msg.startswith(f"task 'mine-games': truth.python '{fn}' is not a truth function") and target.exists()
+
+
+def test_a_truth_with_too_many_rows_is_refused(tmp_path):
+    msg = _fails(tmp_path, json.dumps(GOOD | {'truth': {'sql': 'SELECT x FROM range(50_000_000) t(x)'}}) + '\n')
+    assert 'its truth failed (ValueError: the query returns more than 10,000 rows)' in msg
+
+
+def test_task_files_that_would_exhaust_memory_or_the_stack(tmp_path):
+    bomb = 'a: &a [x, x, x, x, x, x, x, x, x, x]\n' + ''.join(
+        f'{chr(98 + i)}: &{chr(98 + i)} [' + ', '.join([f'*{chr(97 + i)}'] * 10) + ']\n' for i in range(8))
+    assert _fails(tmp_path, bomb + 'tasks: [*i]\n', 'mine.yaml').startswith('the YAML expands to more than')
+    deep = 'tasks: ' + '[' * 100_000 + ']' * 100_000 + '\n'
+    assert _fails(tmp_path, deep, 'mine.yaml').startswith('the YAML nests deeper than 64 levels')
+    args = json.dumps(GOOD | {'truth': {'python': 'reach_nb.eval:incident_rows', 'args': {'patterns': [0]}}})
+    deep_json = args.replace('[0]', '[' * 50_000 + ']' * 50_000)
+    assert _fails(tmp_path, deep_json + '\n').startswith('the JSON nests deeper than 64 levels')
