@@ -216,6 +216,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'reach_nb.core._trace_text': ('core.html#_trace_text', 'reach_nb/core.py'),
                                'reach_nb.core._why': ('core.html#_why', 'reach_nb/core.py'),
                                'reach_nb.core.event_from_json': ('core.html#event_from_json', 'reach_nb/core.py'),
+                               'reach_nb.core.json_lines': ('core.html#json_lines', 'reach_nb/core.py'),
+                               'reach_nb.core.one_line': ('core.html#one_line', 'reach_nb/core.py'),
                                'reach_nb.core.read_trace': ('core.html#read_trace', 'reach_nb/core.py'),
                                'reach_nb.core.valid_text': ('core.html#valid_text', 'reach_nb/core.py'),
                                'reach_nb.core.write_trace': ('core.html#write_trace', 'reach_nb/core.py')},

@@ -15,7 +15,7 @@ __all__ = ['ErrorKind', 'PARAM_SYNONYMS', 'SafeguardKind', 'ParseLevel', 'Messag
            'MAX_TRACE_DEPTH', 'Usage', 'ToolCall', 'Observation', 'Safeguard', 'Step', 'RunStart', 'StepStart',
            'TokenDelta', 'ModelOutput', 'SafeguardFired', 'ToolStart', 'ToolEnd', 'StepEnd', 'PlanTask', 'PlanMade',
            'TaskStart', 'TaskEnd', 'Routed', 'StageOutput', 'RunEnd', 'event_from_json', 'Run', 'valid_text',
-           'TraceWriter', 'write_trace', 'UserError', 'read_trace']
+           'one_line', 'json_lines', 'TraceWriter', 'write_trace', 'UserError', 'read_trace']
 
 # %% ../nbs/00_core.ipynb #49dccb68
 class Usage(BaseModel):
@@ -376,12 +376,22 @@ def _dropped(e, err:Exception) -> str:
     detail = valid_text(f"{what} ({type(err).__name__}: {str(err)[:200]}); it was left out.")
     return SafeguardFired(index=index, safeguard=Safeguard(kind='internal_error', detail=detail)).model_dump_json()
 
+_BREAKS = re.compile('[\u2028\u2029\x85]')  # line breaks to `str.splitlines` (and to JavaScript), not to JSON
+
+def one_line(text:str) -> str:
+    "JSON text as one line for every reader: U+2028, U+2029 and U+0085, legal unescaped in JSON strings, escaped."
+    return _BREAKS.sub(lambda m: f'\\u{ord(m[0]):04x}', text)
+
+def json_lines(text:str) -> list[str]:
+    "The lines of a JSON-lines text, split at `\\n` only: a model's U+2028 inside a string does not end a line."
+    return [l.removesuffix('\r') for l in text.split('\n')]
+
 def _trace_line(e) -> str:
     "One event as one line of JSON, whatever it holds."
     if not _deeper_than(e, MAX_TRACE_DEPTH):
-        try: return e.model_dump_json()
+        try: return one_line(e.model_dump_json())
         except Exception: pass
-    try: return json.dumps(_plain(e), ensure_ascii=False)
+    try: return one_line(json.dumps(_plain(e), ensure_ascii=False))
     except Exception as err: return _dropped(e, err)
 
 # %% ../nbs/00_core.ipynb #2b56d066
@@ -450,7 +460,7 @@ def _cut_short(line:str, first:bool) -> bool:
 
 def _read_events(path) -> tuple[list, bool]:
     "The events of a trace, and whether its last line was cut short (and skipped)."
-    lines = [(i, l) for i, l in enumerate(_trace_text(path).splitlines(), 1) if l.strip()]
+    lines = [(i, l) for i, l in enumerate(json_lines(_trace_text(path)), 1) if l.strip()]
     evs = []
     for k, (i, line) in enumerate(lines):
         try: evs.append(event_from_json(line))

@@ -132,7 +132,7 @@ def _too_deep(x, limit:int=MAX_YAML_DEPTH) -> bool:
 
 def _jsonl_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
     out = []
-    for i, line in enumerate(text.splitlines(), 1):
+    for i, line in enumerate(json_lines(text), 1):
         if not line.strip(): continue
         try: raw = json.loads(line)
         except ValueError as e:

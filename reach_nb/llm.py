@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from pydantic import BaseModel, Field
-from .core import PARAM_SYNONYMS, ToolCall, Usage
+from .core import PARAM_SYNONYMS, ToolCall, Usage, json_lines, one_line
 from .config import Settings, load_settings
 
 # %% auto #0
@@ -238,7 +238,7 @@ class RecordingLLM(ChatModel):
             else: yield self._write(_request(messages, tools, json_mode, temperature), item)
 
     def _write(self, request:dict, r:LLMResponse) -> LLMResponse:
-        line = json.dumps({'request': request, 'response': r.model_dump(mode='json')}, ensure_ascii=False)
+        line = one_line(json.dumps({'request': request, 'response': r.model_dump(mode='json')}, ensure_ascii=False))
         with self._lock, self.path.open('a', encoding='utf-8') as f: f.write(line + '\n')
         return r
 
@@ -253,7 +253,7 @@ def read_cassette(path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"No cassette at {path}: record one with RecordingLLM(model, '{path}').")
     out = []
-    for i, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
+    for i, line in enumerate(json_lines(path.read_text(encoding='utf-8')), 1):
         if not line.strip(): continue
         try: out.append(_exchange(line))
         except Exception as e:

@@ -31,6 +31,29 @@ def test_real_run_with_lone_surrogates_saves_and_loads(tmp_path):
     assert run.steps[0].observation == 'value of 代充 \ufffd'
 
 
+BREAKS = '\u2028 \u2029 \x85'
+
+
+@pytest.mark.parametrize('where', ['thought', 'args', 'answer', 'raw'])
+def test_line_separators_a_model_writes_read_back(tmp_path, where):
+    thought, key, answer = (f'look {BREAKS} up' if where == w else w for w in ('thought', 'args', 'answer'))
+    first = json.dumps({'thought': thought, 'action': {'tool': 'lookup', 'args': {'key': key}}}, ensure_ascii=False)
+    if where == 'raw': first = f'Sure{BREAKS}\n' + first
+    run = Run.load(_real_trace(tmp_path, [first, json.dumps({'thought': 'ok', 'answer': answer}, ensure_ascii=False)]))
+    assert run.status == 'finished' and len(run.steps) == 2
+    got = {'thought': run.steps[0].thought, 'args': run.steps[0].actions[0].args['key'], 'answer': run.answer,
+           'raw': run.steps[0].raw}
+    assert BREAKS in got[where]
+
+
+def test_a_cassette_keeps_line_separators(tmp_path):
+    from reach_nb.llm import RecordingLLM, ReplayLLM
+    reply = json.dumps({'thought': f'a{BREAKS}b', 'answer': f'c{BREAKS}d'}, ensure_ascii=False)
+    live = ReActAgent(RecordingLLM(ScriptedLLM([reply]), tmp_path/'c.jsonl'), []).run('q')
+    replayed = ReActAgent(ReplayLLM(tmp_path/'c.jsonl'), []).run('q')
+    assert replayed.answer == live.answer == f'c{BREAKS}d'
+
+
 def test_a_trace_cut_at_any_byte_loads_its_whole_lines(tmp_path):
     "Every cut of a real trace (inside lines, inside multi-byte characters) loads the intact events before it."
     data = _real_trace(tmp_path, REPLIES).read_bytes()
