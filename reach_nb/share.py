@@ -5,13 +5,13 @@ without a kernel: in a saved notebook, and as one self-contained HTML page."""
 
 # %% ../nbs/31_share.ipynb #90b8f826
 from __future__ import annotations
-import html, json
+import html, json, os, threading
 from itertools import zip_longest
 from pathlib import Path
 from typing import Iterable
 import ipywidgets as W
 from fastcore.basics import patch
-from .core import Run, Step, Usage, UserError
+from .core import Run, Step, Usage, UserError, valid_text
 from .viewer import VIEWER_CSS, RunViewer, run_html, step_html, text_html
 from . import sessions
 import reach_nb.context  # Run.prompt_at: each step's prompt, rebuilt from the steps
@@ -464,8 +464,13 @@ def run_page(run, # a run, or anything `as_run` takes
 
 # %% ../nbs/31_share.ipynb #f83a65fe
 def _write(path, page:str) -> Path:
+    "Write `page` whole or not at all: to a temporary file beside `path`, renamed over it; what UTF-8 cannot encode is replaced."
     path = Path(path)
-    path.write_text(page, encoding='utf-8')
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}.{threading.get_ident()}.tmp')
+    try:
+        tmp.write_bytes(valid_text(page).encode('utf-8'))
+        os.replace(tmp, path)
+    finally: tmp.unlink(missing_ok=True)
     return path
 
 def run_to_html(run, path, # a run (or anything `as_run` takes), and the file to write

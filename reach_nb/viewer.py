@@ -12,7 +12,7 @@ import ipywidgets as W
 from fastcore.basics import patch
 from markdown_it import MarkdownIt
 from .core import (ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step, StepEnd, StepStart,
-                           TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart, Usage)
+                           TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart, Usage, valid_text)
 import reach_nb.context  # Run.prompt_at: each step's prompt, rebuilt from the steps
 
 # %% auto #0
@@ -125,7 +125,7 @@ _CSS_CHART = """
 VIEWER_CSS = '<style>' + _CSS_THEME + _CSS_TEXT + _CSS_MARKDOWN + _CSS_WIDGET + _CSS_CHART + '</style>'
 
 # %% ../nbs/30_viewer.ipynb #ed52fe63
-def _esc(x) -> str: return html.escape(str(x))
+def _esc(x) -> str: return html.escape(valid_text(str(x)))  # a lone surrogate could not reach the page
 
 _PRE = '<pre class="reach-pre" style="white-space:pre-wrap;margin:0">{}</pre>'
 def _pre(text:str) -> str: return _PRE.format(_esc(text))

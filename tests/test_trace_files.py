@@ -130,3 +130,15 @@ def test_the_viewer_says_the_same(tmp_path):
         RunViewer(str(tmp_path/'missing.jsonl'))
     with pytest.raises(UserError, match=f'a folder, not a trace file in {tmp_path}: give the path of a trace file in it'):
         RunViewer(tmp_path)
+
+
+def test_a_page_is_written_whole_whatever_the_run_holds(tmp_path):
+    from reach_nb.viewer import RunViewer
+    import reach_nb.share  # noqa: F401  (RunViewer.to_html)
+    run = Run.load(_real_trace(tmp_path, REPLIES))
+    page = RunViewer(run).to_html(tmp_path/'run.html')
+    before = page.read_bytes()
+    odd = run.model_copy(update={'answer': 'resold \ud800 gems'})
+    RunViewer(odd).to_html(page)  # the lone surrogate is replaced, the page written whole
+    assert 'resold \ufffd gems' in page.read_text(encoding='utf-8') and page.read_bytes() != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['run.html', 'run.jsonl']  # no temporary file left
