@@ -241,6 +241,58 @@ def test_hostile_texts_are_text(browser, tmp_path):
     assert not page.errors, page.errors
 
 
+# Script and markup a model or a tool may send, each setting window.__owned (or opening a dialog) if it ever ran.
+VECTORS = ['<script>window.__owned=1</script>', '<img src=x onerror="window.__owned=1">', '<svg onload=window.__owned=1>',
+           '"><img src=x onerror=window.__owned=1>', "'><svg/onload=window.__owned=1>", '</textarea><script>alert(1)</script>',
+           '</script><script>window.__owned=1</script>', '<iframe srcdoc="<script>parent.__owned=1</script>"></iframe>',
+           '[link](javascript:window.__owned=1)', '<a href="javascript:window.__owned=1">x</a>',
+           '<details open ontoggle=window.__owned=1>', '<body onload=window.__owned=1>', '<style>*{display:none}</style>',
+           '<math><mtext><table><mglyph><style><img src=x onerror=window.__owned=1>', '<!--><img src=x onerror=alert(2)>',
+           '<object data="javascript:window.__owned=1"></object>']
+CHECKS = """() => ({owned: window.__owned === 1, scripts: document.scripts.length,
+  handlers: [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length,
+  js_links: document.querySelectorAll('[href^="javascript:"], [src^="javascript:"], [data^="javascript:"]').length,
+  frames: document.querySelectorAll('iframe, object, embed').length, hidden: getComputedStyle(document.body).display})"""
+
+
+def _hostile_run(payload:str) -> Run:
+    "A ReAct run whose every text holds `payload`: question, thoughts, a reply that is not JSON, an invented tool name,"
+    " an invented argument, observations as text, JSON and Markdown, and the answer (text, table and code)."
+    def echo(text:str): # anything
+        "Say the text back."
+        return text
+    def as_json(text:str): # anything
+        "The text inside JSON."
+        return json.dumps({'found': text, 'rows': [[text, 1]]})
+    say = lambda **d: json.dumps(d)
+    replies = [f'Let me think. {payload}', say(thought=payload, action={'tool': payload, 'args': {}}),
+               say(thought=payload, action={'tool': 'echo', 'args': {payload: payload}}),
+               say(thought=payload, action={'tool': 'echo', 'args': {'text': f'| a | b |\n|---|---|\n| {payload} | 1 |'}}),
+               say(thought=payload, action={'tool': 'as_json', 'args': {'text': payload}}),
+               say(thought=payload, answer=f'{payload}\n\n| x |\n|---|\n| {payload} |\n\n```\n{payload}\n```')]
+    return ReActAgent(ScriptedLLM(replies), [echo, as_json], max_steps=8).run(payload)
+
+
+def test_every_payload_is_inert_in_every_page(browser, tmp_path):
+    from reach_nb.share import compare_to_html
+    pages, seen = [], 0
+    for i, v in enumerate(VECTORS):
+        run = _hostile_run(v)
+        pages += [run_to_html(run, tmp_path/f'run{i}.html'), compare_to_html(run, run, tmp_path/f'cmp{i}.html')]
+    for path in pages:
+        page = open_page(browser, path.as_uri())
+        dialogs = []
+        page.on('dialog', lambda d: (dialogs.append(d.message), d.dismiss()))
+        try:
+            page.wait_for_timeout(50)
+            got = page.evaluate(CHECKS)
+            assert (got['owned'], dialogs, got['scripts'], got['handlers'], got['js_links'], got['frames'],
+                    got['hidden']) == (False, [], 1, 0, 0, 0, 'block'), (path.name, got, dialogs)
+            seen += 1
+        finally: page.context.close()
+    assert seen == 2 * len(VECTORS) == 32
+
+
 NOTEBOOK = ["""\
 import reach_nb.share  # viewers' outputs also carry the run as static HTML
 from reach_nb.viewer import RunViewer
