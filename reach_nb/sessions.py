@@ -199,14 +199,11 @@ _TROUBLE = {  # SQLite's primary result code: what it says of the store file, an
                             'if it was a session store, move it away, and a new one is made in its place; '
                             'else pass the path of one'),
     sqlite3.SQLITE_READONLY: ('the session store is read-only', _WRITABLE),
-    sqlite3.SQLITE_PERM: ('the session store is read-only', _WRITABLE),
     sqlite3.SQLITE_CANTOPEN: ('the session store cannot be opened', _WRITABLE),
     sqlite3.SQLITE_BUSY: ('the session store is locked by another process for more than {timeout:g} s',
                           'let that process finish, or stop it, and try again'),
     sqlite3.SQLITE_FULL: ('the disk holding the session store is full',
                           'free some space and try again: everything stored before this is kept'),
-    sqlite3.SQLITE_IOERR: ('the session store cannot be read or written',
-                           'check that its disk has room and works, then try again'),
 }
 
 def _store_error(e:sqlite3.Error, # what SQLite raised
