@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from pydantic import BaseModel, Field
 from .config import load_settings, resolve_path
 from .core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
-                           ToolStart, Usage, event_from_json)
+                           ToolStart, Usage, UserError, event_from_json)
 from .llm import LLMResponse
 from .react import known_summary, pending_question
 from .tools import ToolRegistry
@@ -189,6 +189,32 @@ def default_store_path(settings=None) -> Path:
     "Where the default store lives: `sessions.sqlite` in the trace folder."
     return resolve_path((settings or load_settings()).trace_dir)/'sessions.sqlite'
 
+# %% ../nbs/07_sessions.ipynb #1b411795
+_DAMAGED = ("move it away, and a new store is made in its place; what it still holds can be read with "
+            "`sqlite3 {path} .dump`")
+_WRITABLE = "make the file and its folder writable (SQLite also writes {name}-wal and {name}-shm beside it)"
+_TROUBLE = {  # SQLite's primary result code: what it says of the store file, and what to do about it
+    sqlite3.SQLITE_CORRUPT: ('the session store is damaged', _DAMAGED),
+    sqlite3.SQLITE_NOTADB: ('the session store is damaged, or is not an SQLite file',
+                            'if it was a session store, move it away, and a new one is made in its place; '
+                            'else pass the path of one'),
+    sqlite3.SQLITE_READONLY: ('the session store is read-only', _WRITABLE),
+    sqlite3.SQLITE_CANTOPEN: ('the session store cannot be opened', _WRITABLE),
+    sqlite3.SQLITE_BUSY: ('the session store is locked by another process for more than {timeout:g} s',
+                          'let that process finish, or stop it, and try again'),
+    sqlite3.SQLITE_FULL: ('the disk holding the session store is full',
+                          'free some space and try again: everything stored before this is kept'),
+}
+
+def _store_error(e:sqlite3.Error, # what SQLite raised
+                 path:Path, # the store file
+                 timeout:float) -> Exception: # seconds a writer waits for the lock
+    "What SQLite's error `e` means for the user of the store at `path`: a `UserError` that says what to do, else `e`."
+    told = _TROUBLE.get((getattr(e, 'sqlite_errorcode', None) or 0) & 0xFF)
+    if told is None: return e
+    return UserError(f"{told[0].format(timeout=timeout)} ({e})", str(path), told[1].format(path=path, name=path.name))
+
+
 # %% ../nbs/07_sessions.ipynb #0a123054
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, parent TEXT, fork_step INTEGER,
@@ -207,10 +233,11 @@ class SQLiteSessionStore(SessionStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout, self.max_event_bytes = timeout, max(max_event_bytes, 16_384)
         self._lock, self._con, self._pid, self._inherited = threading.RLock(), None, None, []
-        try: self._db()  # open it and create the tables now, so a bad file fails here
-        except sqlite3.DatabaseError as e:
-            raise ValueError(f"Error: {self.path} is not a session store ({e}) in SQLiteSessionStore: "
-                             "pass another path.") from None
+        try:
+            with self._told(): self._db()  # open it and create the tables now, so a bad file fails here
+        except sqlite3.DatabaseError as e:  # a file SQLite reads, but not as a session store
+            raise UserError(f"{self.path} is not a session store ({e})", 'SQLiteSessionStore',
+                            'pass another path') from None
 
 # %% ../nbs/07_sessions.ipynb #cf11623c
 @patch
@@ -226,13 +253,26 @@ def _db(self:SQLiteSessionStore) -> sqlite3.Connection:
 
 @patch
 @contextmanager
+def _told(self:SQLiteSessionStore):
+    "SQLite's errors about the file (damaged, read-only, locked, full) raised as a `UserError` that names it."
+    try: yield
+    except sqlite3.Error as e:
+        told = _store_error(e, self.path, self.timeout)
+        if told is e: raise
+        raise told from e
+
+@patch
+@contextmanager
 def _write(self:SQLiteSessionStore):
-    "One write transaction that holds SQLite's write lock from its start."
-    with self._lock:
-        con = self._db(); con.execute('BEGIN IMMEDIATE')
-        try: yield con
-        except BaseException: con.execute('ROLLBACK'); raise
-        con.execute('COMMIT')
+    "One write transaction that holds SQLite's write lock from its start; rolled back if anything in it fails."
+    with self._lock, self._told():
+        con = self._db()
+        con.execute('BEGIN IMMEDIATE')
+        try:
+            yield con
+            con.execute('COMMIT')
+        finally:
+            if con.in_transaction: con.execute('ROLLBACK')  # SQLite ends it itself on some errors (a full disk)
 
 # %% ../nbs/07_sessions.ipynb #9d7b1750
 @patch
@@ -257,7 +297,7 @@ def _row_info(r) -> RunInfo:
 
 @patch
 def _read(self:SQLiteSessionStore, sql:str, *args) -> list:
-    with self._lock: return self._db().execute(sql, args).fetchall()
+    with self._lock, self._told(): return self._db().execute(sql, args).fetchall()
 
 @patch
 def _bodies(self:SQLiteSessionStore, run_id:str) -> list[str]:

@@ -108,13 +108,21 @@ def run_together(where:str, session:str, n:int, writers:int) -> list[str]:
     return [rid for _, rid in started]
 
 
+WRITERS = 8
+
+
 def test_sqlite_processes_appending_at_once_lose_nothing(tmp_path):
     where = str(tmp_path/'sessions.sqlite')
-    rids = run_together(where, 'busy', n=1000, writers=3)
+    rids = run_together(where, 'busy', n=300, writers=WRITERS)
+    con = sqlite3.connect(where)
+    assert con.execute('PRAGMA integrity_check').fetchone() == ('ok',)
+    assert con.execute('SELECT COUNT(*) FROM events').fetchone() == (WRITERS * 300,)
+    con.close()
     with SQLiteSessionStore(where) as store:
+        assert sorted(r.run_id for r in store.runs('busy')) == sorted(rids)
         for rid in rids:
-            check_acked(store.events(rid), 1000)
-            assert store.info(rid).n_events == 1000
+            check_acked(store.events(rid), 300)
+            assert store.info(rid).n_events == 300
 
 
 @pytest.fixture
@@ -137,6 +145,9 @@ def test_redis_writer_killed_and_server_killed_keep_every_acknowledged_event(ser
 
 
 def test_redis_processes_appending_at_once_lose_nothing(server):
-    rids = run_together(server.url, 'busy', n=200, writers=3)
+    rids = run_together(server.url, 'busy', n=200, writers=WRITERS)
     with open_store(server.url) as store:
-        for rid in rids: check_acked(store.events(rid), 200)
+        assert sorted(r.run_id for r in store.runs('busy')) == sorted(rids)
+        for rid in rids:
+            check_acked(store.events(rid), 200)
+            assert store.info(rid).n_events == 200

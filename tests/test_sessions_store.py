@@ -10,6 +10,7 @@ from reach_nb.sessions import (RedisSessionStore, SessionLog, SessionStore, SQLi
                                completed_tool_results, cut_at_step, open_store)
 from reach_nb.tools import tool
 
+from reach_cli import clean_env, run_reach
 from redis_server import redis_server
 
 
@@ -125,6 +126,39 @@ def test_oversized_and_hostile_values_are_stored_cut_never_refused(opener):
     assert got_step.step.safeguards[-1].kind == 'size_cap' and got_step.step.actions[0].args == {'s': 'a\ufffdb'}
     info = store.info(rid)
     assert len(info.question) < 25_000 and info.meta['bad'] == 'x\ufffdy' and len(json.dumps(info.meta)) <= 65_536
+
+
+# session ids that would mean something if they were pasted into SQL, a Redis key pattern, a path or a terminal
+HOSTILE_IDS = ["alice'; DROP TABLE runs; --", 'alice" OR 1=1 --', '%', '_', '*', '?', '[a-z]*', 'reach:sessions',
+               'session:*', '{alice}', '}{', '../../etc/passwd', 'a\nb', 'nul\x00byte', '\u202eevil', '🦜' * 200]
+
+
+def test_hostile_session_ids_are_stored_as_plain_data(store):
+    plain = store.new_run('alice', question='plain')
+    rids = {sid: store.new_run(sid, question=sid) for sid in HOSTILE_IDS}
+    assert sorted(store.sessions()) == sorted(['alice', *HOSTILE_IDS])
+    for sid, rid in rids.items():
+        assert [(i.run_id, i.session_id, i.question) for i in store.runs(sid)] == [(rid, sid, sid)]
+        store.append(rid, TokenDelta(index=1, text=sid))
+        assert [e.text for e in store.events(rid)] == [sid]
+    assert store.runs('al%') == store.runs('a*') == store.runs('alice\x00') == []
+    gone = ["alice'; DROP TABLE runs; --", '%', '*', 'session:*', '[a-z]*']
+    for sid in gone: store.delete_session(sid)
+    assert sorted(store.sessions()) == sorted(['alice', *(s for s in HOSTILE_IDS if s not in gone)])
+    assert [i.run_id for i in store.runs('alice')] == [plain] and store.info(rids['_']).session_id == '_'
+
+
+def test_a_hostile_session_id_from_the_command_line_is_plain_data(tmp_path):
+    sid = "x'; DROP TABLE runs; --"
+    env = clean_env(REACH_TRACE_DIR=str(tmp_path/'traces'))
+    model = tmp_path/'script.json'
+    model.write_text(json.dumps([json.dumps({'thought': 'Done.', 'answer': 'Fine.'})] * 2))
+    for who in (sid, 'alice'):
+        r = run_reach('ask', '--model', f'scripted:{model}', '--session', who, 'Hi?', cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    with SQLiteSessionStore(tmp_path/'traces'/'sessions.sqlite') as store:
+        assert store.sessions() == [sid, 'alice']
+        assert [(i.session_id, i.status) for i in store.runs(sid)] == [(sid, 'finished')]
 
 
 def test_threads_appending_to_their_own_runs_and_to_one_shared_run(store):
