@@ -148,3 +148,21 @@ def test_bench_recall_runs_the_recall_benchmark(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'labelled set: 65 memories' in r.stdout and 'recall@5' in r.stdout
     assert 'latency with 365 memories' in r.stdout and 'over 3 questions' in r.stdout
+
+
+def test_resume_uses_the_model_the_run_was_made_with(tmp_path):
+    "No --model: `reach resume` makes the model the run recorded (its spec and endpoint), not the settings' default."
+    env, db = _store_env(tmp_path), tmp_path/'traces'/'sessions.sqlite'
+    with served(_script(tmp_path, 'served', LOOK, COLUMNS, DONE, DONE), '--latency', '1.5') as base:
+        proc = subprocess.Popen([REACH, 'ask', '--base-url', base, '--model', 'slow-analyst', '--session', 'dora',
+                                 'Where are the payments?'], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try: run_id = _wait_for_step(db, 'dora', 1, proc)
+        finally: proc.send_signal(signal.SIGKILL); proc.wait(30)
+        with SQLiteSessionStore(db) as store:
+            meta = store.run(run_id).meta
+        assert (meta['model_spec'], meta['base_url']) == ('slow-analyst', base)
+        r = run_reach('resume', run_id, '--trace', str(tmp_path/'resumed.jsonl'), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = Run.load(tmp_path/'resumed.jsonl')
+    assert (run.answer, run.model) == (ANSWER, 'slow-analyst')
