@@ -444,7 +444,7 @@ def _resumed(store, stored:Run, run_id:str, agent, tf:_TraceFile|None) -> Run|No
 # %% ../nbs/93_cli.ipynb #bb2d684b
 @app.command('resume')
 def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (reach runs lists them).'),
-               model:Optional[str] = typer.Option(None, help=_MODEL_HELP + ' Default: the model the run was made with.'),
+               model:Optional[str] = typer.Option(None, help=_MODEL_HELP + ' Default: the run\'s own.'),
                base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint (default: the run\'s).'),
                max_steps:Optional[int] = typer.Option(None, help='Hard cap on steps (at least 1).'),
                timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request.'),
@@ -551,7 +551,8 @@ def show_cmd(run_id:str = typer.Argument(..., help='A run: an id or trace name f
     if html is not None: return print(f"Page written to {_page(run, html)}")
     show = _Printer()
     for e in run.events(): show(e)
-    if run.stop_reason is None: show.say('\n== not finished: it stopped before its end (reach resume carries on a stored run)')
+    if run.stop_reason is None:
+        show.say('\n== not finished: it stopped before its end (reach resume carries on a stored run)')
 
 # %% ../nbs/93_cli.ipynb #dc471fc0
 _WIRE_HELP = ("How replies look on the wire: openai (default), args-object, hermes, mistral, llama, bare-json, think, "
@@ -639,7 +640,7 @@ def _dataset_target(path:Path|None) -> Path:
 def data_build(rows:int = typer.Option(1_000_000, help='Number of transactions (10M+ for benchmarks).'),
                seed:int = typer.Option(7, help='Same seed, same data.'),
                path:Optional[Path] = typer.Option(None, help='DuckDB file (default: data/generated/risk.duckdb).'),
-               force:bool = typer.Option(False, help='Rebuild even if a finished dataset is there (only ever a dataset).')):
+               force:bool = typer.Option(False, help='Rebuild over a reach dataset, even a finished one.')):
     "Build a sample risk dataset with injected, labelled fraud patterns (reused if an identical one is there)."
     from reach_nb.risk_data import build_dataset, read_meta
     _at_least(rows, 1, '--rows'); _at_least(seed, 0, '--seed')
@@ -773,9 +774,10 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
     _eval_numbers(seeds, concurrency, ablation_seeds, faults)
     if context is not None: _agent_options(False, context, None)
     s = _settings(base_url=base_url)
+    out = _out_folder(out)
     code = eval_cli(tasks, _listed(agent, '--agent', allowed=AGENTS), _eval_models(_listed(model, '--model'), s),
                     base_url, _listed(level, '--level', int, (1, 2, 3)), _listed(tag, '--tag'), seeds, faults,
-                    _listed(off, '--off', allowed=list(SAFEGUARDS)) or (), context, _out_folder(out), concurrency, fresh,
+                    _listed(off, '--off', allowed=list(SAFEGUARDS)) or (), context, out, concurrency, fresh,
                     ablation=ablation, rates=_listed(rates, '--rates', float), ablation_seeds=ablation_seeds,
                     ablation_tags=_listed(ablation_tag, '--ablation-tag'), judge=judge)
     raise typer.Exit(code)

@@ -51,7 +51,7 @@ def test_context_and_dialect_reach_the_agent(tmp_path):
     (('ask', 'Why?', '--dialect', 'yaml'), "unknown dialect 'yaml' in option --dialect: use one of default, risk, reach"),
     (('ask', 'Why?', '--native', '--dialect', 'risk'), '--dialect with --native in option --dialect: drop one'),
     (('ask', 'Why?', '--session', ' '), "bad session id ' ' in option --session"),
-    (('resume', 'nosuch'), "no stored run 'nosuch' in the RUN_ID argument: give the id that reach ask --session printed"),
+    (('resume', 'nosuch'), "no stored run 'nosuch' in the RUN_ID argument: reach runs lists the stored runs"),
     (('bench', 'context', '--steps', '0'), '--steps must be at least 1, got 0 in option --steps'),
     (('bench', 'recall', '--queries', '0'), '--queries must be at least 1, got 0 in option --queries'),
 ])
