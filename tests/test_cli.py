@@ -1,5 +1,5 @@
 "The `reach` console script, run as a user runs it: in a subprocess, against real HTTP where a model is needed."
-import json, subprocess, time
+import json, select, subprocess, time
 import httpx
 import pytest
 from reach_nb.core import Run
@@ -92,7 +92,9 @@ def test_serve_model_prints_the_base_url_to_use(tmp_path):
     proc = subprocess.Popen([REACH, 'serve-model', '--port', '0'], cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
+        said, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if said else ''
+        assert ' at ' in line, f'no address printed: {line!r}'
         base = line.split(' at ')[1].split()[0]
         assert line.startswith('Serving echo at http://127.0.0.1:') and base.endswith('/v1'), line
         assert httpx.get(f'{base}/models', timeout=5).json()['data'][0]['id'] == 'echo'
