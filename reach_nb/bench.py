@@ -58,6 +58,8 @@ def bench_loop(steps:int=20, # steps per run (model calls)
                runs:int=200, # runs per side
                rounds:int=5): # alternating rounds; the median is reported
     "Per-step time of `ReActAgent` and of a bare loop making the same calls; returns a dict of figures in µs."
+    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items() if not v >= 1]:
+        raise ValueError(f"bench_loop needs steps, runs and rounds of at least 1, got {', '.join(bad)}")
     timed, inline = ToolRegistry([echo]), ToolRegistry([echo], timeout=None)
     def agent_run(tools):
         agent = ReActAgent(InstantLLM(_replies(steps)), tools, max_steps=steps + 1)

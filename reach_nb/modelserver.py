@@ -21,8 +21,8 @@ from .llm import ChatModel, LLMResponse, _encodable, count_tokens, get_model
 
 # %% auto #0
 __all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatRequest', 'Wire', 'wire_format', 'wire_message',
-           'completion_json', 'error_response', 'make_app', 'label_headers', 'ModelServer', 'serve', 'parse_errors',
-           'serve_model_cli']
+           'completion_json', 'error_response', 'make_app', 'label_headers', 'listening', 'base_url_of', 'ModelServer',
+           'serve', 'parse_errors', 'serve_model_cli']
 
 # %% ../nbs/90_modelserver.ipynb #3729d3e5
 class ChatRequest(BaseModel):
@@ -302,6 +302,26 @@ async def _malformed_events():
     yield {'data': _MALFORMED.replace('"chat.completion"', '"chat.completion.chunk"')}
     yield {'data': '[DONE]'}
 
+# %% ../nbs/90_modelserver.ipynb #ea16ec92
+def listening(host:str='127.0.0.1', # the address to listen on
+              port:int=0, # 0: a free port
+             ) -> socket.socket:
+    "A TCP socket bound to `host`:`port` and listening; an `OSError` if it can't be (the port is taken, no such host)."
+    sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms wait for the ack of each reply
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException: sock.close(); raise
+    return sock
+
+def base_url_of(sock:socket.socket) -> str:
+    "The base URL a client uses for a server on `sock` (on this machine when it listens on every address)."
+    host, port = sock.getsockname()[:2]
+    host = {'0.0.0.0': '127.0.0.1', '::': '::1'}.get(host, host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
 # %% ../nbs/90_modelserver.ipynb #f206d4c7
 class ModelServer:
     "The local endpoint, run by uvicorn in a background thread; use as a context manager."
@@ -317,10 +337,7 @@ class ModelServer:
 
     def start(self, timeout:float=10.0) -> ModelServer:
         "Start serving; return once the server accepts connections."
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms wait for the ack of each reply
-        self._sock.bind((self.host, self.port))
+        self._sock = listening(self.host, self.port)
         self.port = self._sock.getsockname()[1]
         cfg = uvicorn.Config(self.app, log_level='warning', access_log=False, lifespan='off',
                              timeout_graceful_shutdown=2)
@@ -357,9 +374,17 @@ def __exit__(self:ModelServer, *exc): self.stop()
 def __repr__(self:ModelServer): return f"ModelServer({self.app.state.llm!r}, base_url={self.base_url!r})"
 
 # %% ../nbs/90_modelserver.ipynb #2931f78c
-def serve(llm:ChatModel, host:str='127.0.0.1', port:int=8001, **make_app_kw):
+def _said(line:str): print(line, flush=True)
+
+def serve(llm:ChatModel, host:str='127.0.0.1', port:int=8001,
+          sock:socket.socket|None=None, # a socket from `listening` to serve on, instead of host and port
+          on_listen=_said, # given the line saying where it listens, once it does
+          **make_app_kw):
     "Serve `llm` as an OpenAI-compatible endpoint until interrupted."
-    uvicorn.run(make_app(llm, **make_app_kw), host=host, port=port, log_level='info', access_log=False)
+    sock = sock or listening(host, port)
+    cfg = uvicorn.Config(make_app(llm, **make_app_kw), log_level='warning', access_log=False)
+    on_listen(f"Serving {llm.name} at {base_url_of(sock)} (OpenAI-compatible; Ctrl-C stops it)")
+    uvicorn.Server(cfg).run(sockets=[sock])
 
 def parse_errors(errors:str) -> list[int]:
     "Status codes from a comma-separated list such as '429,500'."
@@ -375,8 +400,9 @@ def serve_model_cli(model:str='echo',       # a model spec for `get_model`: echo
                     errors:str='',          # statuses for the first requests, e.g. '429,500'
                     malformed:int=0,        # then this many broken bodies
                     retry_after:float=1.0,  # seconds in Retry-After of injected errors
-                    wire:str='openai'):     # how answers are written: a name in `WIRES`, or several joined by '+'
+                    wire:str='openai',      # how answers are written: a name in `WIRES`, or several joined by '+'
+                    sock:socket.socket|None=None): # a socket from `listening`, instead of host and port
     "Serve a model by name, with optional faults and wire format (the `reach serve-model` command)."
     kw = dict(latency=latency, errors=parse_errors(errors), malformed=malformed, retry_after=retry_after,
               wire=wire_format(wire))
-    serve(get_model(model), host=host, port=port, **kw)
+    serve(get_model(model), host=host, port=port, sock=sock, **kw)

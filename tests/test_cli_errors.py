@@ -1,7 +1,7 @@
 "A user's mistake, through the real `reach` script: one `Error:` line on stderr naming where, exit 2, no traceback."
-import json
+import json, socket, subprocess
 import pytest
-from reach_cli import clean_env, run_reach
+from reach_cli import REACH, clean_env, run_reach
 
 
 def _one_error_line(r, *parts):
@@ -57,6 +57,13 @@ def test_bad_settings_file_names_file_and_line(tmp_path, script, text, line, wha
     (['serve-model', '--latency', '-1'], ['--latency must be at least 0']),
     (['serve-model', '--wire', 'nosuch'], ["unknown wire format 'nosuch' in option --wire", 'hermes']),
     (['ask', '--no-such-option', 'Why?'], ['No such option', 'reach ask --help']),
+    (['eval', '--out', '/proc/nope'], ['cannot make the folder /proc/nope (', 'in option --out']),
+    (['bench', 'loop', '--steps', '0'], ['--steps must be at least 1, got 0 in option --steps']),
+    (['bench', 'loop', '--runs', '0'], ['--runs must be at least 1, got 0 in option --runs']),
+    (['bench', 'loop', '--rounds', '0'], ['--rounds must be at least 1, got 0 in option --rounds']),
+    (['serve-model', '--port', '99999'], ['--port must be from 0 to 65535, got 99999 in option --port']),
+    (['runs', '--limit', '0'], ['--limit must be at least 1, got 0 in option --limit']),
+    (['show', 'nosuch'], ["no run 'nosuch' in the RUN_ID argument: reach runs lists them"]),
 ])
 def test_bad_options_give_one_error_line(tmp_path, script, args, parts):
     if args[0] == 'ask' and len(args) > 1: args = [*args, '--model', script]
@@ -76,7 +83,8 @@ def test_unreadable_model_spec_file(tmp_path):
 
 
 def test_no_model_configured_says_what_to_set(tmp_path):
-    _one_error_line(run_reach('ask', 'hello', cwd=tmp_path), 'in the model setting', 'REACH_API_KEY')
+    _one_error_line(run_reach('ask', 'hello', cwd=tmp_path, env=clean_env(REACH_MODEL='gpt-4o')),
+                    "cannot use the model 'gpt-4o': no model endpoint is configured in the model setting", 'REACH_API_KEY')
 
 
 def test_trace_path_that_cannot_be_written(tmp_path, script):
@@ -102,3 +110,43 @@ def test_debug_shows_the_traceback_too(tmp_path):
 def test_no_arguments_shows_the_help_once(tmp_path, args):
     r = run_reach(*args, cwd=tmp_path)
     assert r.returncode == 0 and (r.stdout + r.stderr).count('Usage:') == 1, r.stdout + r.stderr
+
+
+def test_serve_model_on_a_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(('127.0.0.1', 0)); taken.listen()
+        port = taken.getsockname()[1]
+        r = run_reach('serve-model', '--port', str(port), cwd=tmp_path, timeout=30)
+    _one_error_line(r, f'cannot listen on 127.0.0.1:{port} (Address already in use) in option --port', '--port 0')
+
+
+@pytest.mark.parametrize('model', [[], ['--model', 'sim-analyst']])
+def test_native_with_the_offline_analyst_is_refused_up_front(tmp_path, model):
+    r = run_reach('ask', *model, '--native', '--trace', str(tmp_path/'t.jsonl'), 'Why?', cwd=tmp_path)
+    _one_error_line(r, 'plays the JSON protocol only in option --native: drop --native')
+    assert not list(tmp_path.glob('t*.jsonl'))  # refused before the run began
+
+
+def test_a_question_that_is_not_utf8_is_refused_from_a_file_and_from_stdin(tmp_path, script):
+    latin1 = 'Pourquoi le pic de février ?'.encode('latin-1')
+    (tmp_path/'q.txt').write_bytes(latin1)
+    _one_error_line(run_reach('ask', '--model', script, '--file', 'q.txt', cwd=tmp_path),
+                    'q.txt is not UTF-8 text (byte 20) in option --file')
+    r = subprocess.run([REACH, 'ask', '--model', script, '-'], input=latin1, cwd=tmp_path, env=clean_env(),
+                       capture_output=True, timeout=120)
+    r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
+    _one_error_line(r, 'the question is not UTF-8 text (byte 20) in standard input')
+
+
+def test_data_build_never_replaces_a_file_that_is_not_a_dataset(tmp_path):
+    import duckdb
+    (tmp_path/'notes.txt').write_text('my notes')
+    with duckdb.connect(str(tmp_path/'mine.duckdb')) as con: con.execute('CREATE TABLE t AS SELECT 42 AS x')
+    for name, why in (('notes.txt', 'not a valid DuckDB database'), ('mine.duckdb', 'without a dataset_meta table')):
+        before = (tmp_path/name).read_bytes()
+        for force in ([], ['--force']):
+            r = run_reach('data', 'build', '--rows', '20000', '--path', name, *force, cwd=tmp_path)
+            _one_error_line(r, f'{tmp_path/name} is not a reach dataset (', why, 'in option --path')
+            assert (tmp_path/name).read_bytes() == before
+    _one_error_line(run_reach('data', 'build', '--rows', '20000', '--path', str(tmp_path), cwd=tmp_path),
+                    'is a folder in option --path')

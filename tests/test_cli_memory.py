@@ -51,7 +51,7 @@ def test_context_and_dialect_reach_the_agent(tmp_path):
     (('ask', 'Why?', '--dialect', 'yaml'), "unknown dialect 'yaml' in option --dialect: use one of default, risk, reach"),
     (('ask', 'Why?', '--native', '--dialect', 'risk'), '--dialect with --native in option --dialect: drop one'),
     (('ask', 'Why?', '--session', ' '), "bad session id ' ' in option --session"),
-    (('resume', 'nosuch'), "no stored run 'nosuch' in the RUN_ID argument: give the id that reach ask --session printed"),
+    (('resume', 'nosuch'), "no stored run 'nosuch' in the RUN_ID argument: reach runs lists the stored runs"),
     (('bench', 'context', '--steps', '0'), '--steps must be at least 1, got 0 in option --steps'),
     (('bench', 'recall', '--queries', '0'), '--queries must be at least 1, got 0 in option --queries'),
 ])
@@ -148,3 +148,21 @@ def test_bench_recall_runs_the_recall_benchmark(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert 'labelled set: 65 memories' in r.stdout and 'recall@5' in r.stdout
     assert 'latency with 365 memories' in r.stdout and 'over 3 questions' in r.stdout
+
+
+def test_resume_uses_the_model_the_run_was_made_with(tmp_path):
+    "No --model: `reach resume` makes the model the run recorded (its spec and endpoint), not the settings' default."
+    env, db = _store_env(tmp_path), tmp_path/'traces'/'sessions.sqlite'
+    with served(_script(tmp_path, 'served', LOOK, COLUMNS, DONE, DONE), '--latency', '1.5') as base:
+        proc = subprocess.Popen([REACH, 'ask', '--base-url', base, '--model', 'slow-analyst', '--session', 'dora',
+                                 'Where are the payments?'], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try: run_id = _wait_for_step(db, 'dora', 1, proc)
+        finally: proc.send_signal(signal.SIGKILL); proc.wait(30)
+        with SQLiteSessionStore(db) as store:
+            meta = store.run(run_id).meta
+        assert (meta['model_spec'], meta['base_url']) == ('slow-analyst', base)
+        r = run_reach('resume', run_id, '--trace', str(tmp_path/'resumed.jsonl'), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = Run.load(tmp_path/'resumed.jsonl')
+    assert (run.answer, run.model) == (ANSWER, 'slow-analyst')
