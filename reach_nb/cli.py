@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 import typer
 from .core import *
-from .config import Settings, load_settings
+from .config import Settings, load_settings, resolve_path
 from .llm import MODELS, ModelNotConfigured, OpenAIChat, get_model
 
 # %% auto #0
@@ -346,6 +346,7 @@ def _store():
     "The default session store; a `UserError` if it cannot be opened."
     from reach_nb.sessions import default_store_path, open_store
     try: return open_store()
+    except UserError: raise  # the store's own line: it names the file and what to do
     except (ValueError, OSError) as e:
         raise UserError(f"cannot open the session store {default_store_path()} ({str(e).removeprefix('Error: ')})",
                         'the trace_dir setting', 'set REACH_TRACE_DIR to a folder you can write') from None
@@ -406,7 +407,7 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
     from reach_nb.sim_analyst import SPIKE_QUESTION, risk_agent
     q = SPIKE_QUESTION if question is None else _question(question, None)
     s = _settings(request_timeout=timeout)
-    tf = _TraceFile(trace or Path(s.trace_dir)/'demo.jsonl', 'option --trace' if trace else 'the trace_dir setting')
+    tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', 'option --trace' if trace else 'the trace_dir setting')
     llm = _model_or_stand_in(None, s)
     with risk_agent(llm, _dataset(), max_steps=max(s.max_steps, 20)) as agent:
         run = print_run(agent.stream(q), trace=tf)
@@ -463,9 +464,8 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
 
 # %% ../nbs/93_cli.ipynb #6369504f
 def _trace_dirs(s:Settings) -> list[Path]:
-    "The trace folders: `trace_dir` from here (where `reach demo` writes) and from the project (the session store's)."
-    from reach_nb.config import resolve_path
-    return list(dict.fromkeys([Path(s.trace_dir).absolute(), resolve_path(s.trace_dir)]))
+    "The trace folders: `trace_dir`, from the project (the nearest settings.ini's folder) or the working folder."
+    return [resolve_path(s.trace_dir)]
 
 def _stored_runs():
     "(created, id, session, the run) of every run in the session store, if there is one; the run loads when called."
@@ -610,9 +610,7 @@ def mcp_serve(http:Optional[int] = typer.Option(None, '--http', help='Serve stre
               host:str = typer.Option('127.0.0.1', help='The address to listen on with --http.')):
     "Serve the nine risk tools over MCP: on stdio for a client that starts this command, or over HTTP."
     from reach_nb.mcp_tools import serve_mcp
-    if http is not None and not 1 <= http <= 65535:
-        raise UserError(f'--http must be a port from 1 to 65535, got {http}', 'option --http', 'e.g. --http 8765')
-    serve_mcp(http_port=http, host=host)
+    serve_mcp(http_port=http, host=host)  # a bad or busy port is its UserError, naming option --http
 
 # %% ../nbs/93_cli.ipynb #57f52cdd
 def _not_dataset(path:Path) -> str|None:

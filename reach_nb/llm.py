@@ -444,7 +444,7 @@ _KEY_VARS = 'REACH_API_KEY (or OPENAI_API_KEY)'
 
 _NOT_CONFIGURED = (f"No model endpoint is configured: set {_KEY_VARS} for a hosted model, and/or "
                    "REACH_BASE_URL for another OpenAI-compatible endpoint (a local server needs no key); "
-                   "or use an offline backend, e.g. get_model('echo') or `--model echo`.")
+                   "or use the offline analyst: `--model sim-analyst` on the command line, SimAnalyst() from reach_nb.sim_analyst in Python.")
 
 def _endpoint(api_key:str|None, base_url:str|None) -> tuple[str, str|None]:
     "The key and URL to use, from the arguments or else the environment."

@@ -227,7 +227,7 @@ def test_model_not_configured(monkeypatch, tmp_path):
     for make in (lambda: OpenAIChat('gpt-4o-mini'), OpenAIChat.from_settings, lambda: get_model('qwen-plus')):
         with pytest.raises(ModelNotConfigured) as e:
             make()
-        assert 'REACH_API_KEY' in str(e.value) and 'REACH_BASE_URL' in str(e.value) and 'offline backend' in str(e.value)
+        assert 'REACH_API_KEY' in str(e.value) and 'REACH_BASE_URL' in str(e.value) and '--model sim-analyst' in str(e.value)
     monkeypatch.setenv('REACH_BASE_URL', 'http://127.0.0.1:9/v1')
     assert OpenAIChat.from_settings().client.api_key == 'sk-no-key-needed'
 
