@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio, collections, itertools, json, math, re, socket, threading, time
 from dataclasses import dataclass, fields
 from fastcore.basics import patch
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Literal
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool
 from starlette.exceptions import HTTPException
@@ -20,15 +20,27 @@ from .core import ToolCall
 from .llm import ChatModel, LLMResponse, _encodable, count_tokens, get_model
 
 # %% auto #0
-__all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatRequest', 'Wire', 'wire_format', 'wire_message',
-           'completion_json', 'error_response', 'make_app', 'label_headers', 'listening', 'base_url_of', 'ModelServer',
-           'serve', 'parse_errors', 'serve_model_cli']
+__all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatMessage', 'ChatRequest', 'Wire', 'wire_format',
+           'wire_message', 'completion_json', 'error_response', 'make_app', 'label_headers', 'listening', 'base_url_of',
+           'ModelServer', 'serve', 'parse_errors', 'serve_model_cli']
 
 # %% ../nbs/90_modelserver.ipynb #3729d3e5
+class ChatMessage(BaseModel):
+    "What a request's message must hold: a known role, and text, parts or nothing as content (other fields kept)."
+    model_config = ConfigDict(extra='allow')
+    role: Literal['system', 'developer', 'user', 'assistant', 'tool']
+    content: str | list[dict[str, Any]] | None = None
+
 class ChatRequest(BaseModel):
     "The fields of an OpenAI chat-completions request that the local server uses (others are accepted)."
     model_config = ConfigDict(extra='allow')
     messages: list[dict[str, Any]]
+
+    @field_validator('messages')
+    @classmethod
+    def _messages(cls, v):
+        for m in v: ChatMessage.model_validate(m)  # a message the model could not read is the client's 400
+        return v
     model: str = ''
     temperature: float | None = None
     response_format: dict[str, Any] | None = None
@@ -207,7 +219,8 @@ class _JSON(JSONResponse):
     "A JSON response whose body always encodes, whatever strings it holds."
     def render(self, content) -> bytes: return _dumps(content).encode('utf-8')
 
-_ERROR_TYPES = {401: 'authentication_error', 413: 'invalid_request_error', 429: 'rate_limit_error'}
+_ERROR_TYPES = {401: 'authentication_error', 408: 'invalid_request_error', 413: 'invalid_request_error',
+                429: 'rate_limit_error'}
 
 def error_response(status:int, message:str, retry_after:float|None=None, retry:bool|None=None) -> JSONResponse:
     "An OpenAI-style error response; `retry_after` adds Retry-After headers, `retry` the SDK's x-should-retry."
@@ -220,16 +233,22 @@ def error_response(status:int, message:str, retry_after:float|None=None, retry:b
     return _JSON(body, status_code=status, headers=headers)
 
 # %% ../nbs/90_modelserver.ipynb #5d1a8c3e
-async def _read_body(request:Request, limit:int) -> bytes|Response:
-    "The request body, or a 413 as soon as it is, or says it will be, larger than `limit` bytes."
-    too_large = lambda: error_response(413, f'The request body is larger than {limit} bytes; send less.')
-    length = request.headers.get('content-length', '')
-    if length.isdigit() and int(length) > limit: return too_large()
+async def _body_pieces(request:Request, limit:int, too_large) -> bytes|Response:
     body = bytearray()
     async for piece in request.stream():
         body += piece
         if len(body) > limit: return too_large()
     return bytes(body)
+
+async def _read_body(request:Request, limit:int, # bytes at most
+                     timeout:float=10.0) -> bytes|Response: # seconds the whole body may take to arrive
+    "The request body; a 413 as soon as it is, or says it will be, larger than `limit`, a 408 if it is not sent in time."
+    too_large = lambda: error_response(413, f'The request body is larger than {limit} bytes; send less.')
+    length = request.headers.get('content-length', '')
+    if length.isdigit() and int(length) > limit: return too_large()
+    try: return await asyncio.wait_for(_body_pieces(request, limit, too_large), timeout)
+    except asyncio.TimeoutError:
+        return error_response(408, f'The request body did not arrive within {timeout:g} s; send it whole.')
 
 def _chat_request(body:bytes) -> ChatRequest|Response:
     "The chat request in `body`, or a 400 that says what is wrong with it."
@@ -251,6 +270,7 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
              wire:str|Wire='openai',      # how answers are written: a name in `WIRES`, or several joined by '+'
              keep_requests:int=100,       # request bodies kept in `app.state.requests` (the most recent)
              max_body:int=8 * 2**20,      # bytes; a larger request body gets 413
+             body_timeout:float=10.0,     # seconds a request body may take to arrive; a slower one gets 408
             ) -> FastAPI:
     "An OpenAI-compatible FastAPI app serving `llm`, with optional injected latency, errors and malformed bodies."
     app = FastAPI(title='reach_nb local model server', docs_url=None, redoc_url=None)
@@ -258,6 +278,7 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
     s.llm, s.wire, s.faults, s.ids = llm, wire_format(wire), _Faults(errors or [], malformed), itertools.count(1)
     s.requests = collections.deque(maxlen=keep_requests)
     s.latency, s.model_name, s.retry_after, s.max_body = latency, model_name, retry_after, max_body
+    s.body_timeout = body_timeout
     app.add_exception_handler(HTTPException, lambda req, e: error_response(e.status_code, str(e.detail)))
     app.add_exception_handler(Exception, lambda req, e: error_response(500, f'The local model server failed: '
                                                                         f'{type(e).__name__}: {e}', retry=False))
@@ -273,7 +294,7 @@ async def _models(request:Request):
 
 async def _chat_completions(request:Request) -> Response:
     s = request.app.state
-    body = await _read_body(request, s.max_body)
+    body = await _read_body(request, s.max_body, s.body_timeout)
     req = _chat_request(body) if isinstance(body, bytes) else body
     if isinstance(req, Response): return req
     s.requests.append(req.model_dump(exclude_none=True))
