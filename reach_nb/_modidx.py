@@ -109,6 +109,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'reach_nb.cli._usage_line': ('cli.html#_usage_line', 'reach_nb/cli.py'),
                               'reach_nb.cli._wire_option': ('cli.html#_wire_option', 'reach_nb/cli.py'),
                               'reach_nb.cli._with_mcp': ('cli.html#_with_mcp', 'reach_nb/cli.py'),
+                              'reach_nb.cli._workspace': ('cli.html#_workspace', 'reach_nb/cli.py'),
                               'reach_nb.cli.ask': ('cli.html#ask', 'reach_nb/cli.py'),
                               'reach_nb.cli.bench_agents_cmd': ('cli.html#bench_agents_cmd', 'reach_nb/cli.py'),
                               'reach_nb.cli.bench_context_cmd': ('cli.html#bench_context_cmd', 'reach_nb/cli.py'),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/93_cli.ipynb #5d0c570f
 from __future__ import annotations
-import errno, importlib.util, os, sys, threading, time, traceback, warnings
+import errno, hashlib, importlib.util, os, sys, threading, time, traceback, warnings
 from pathlib import Path
 from typing import Optional
 import typer
@@ -351,6 +351,12 @@ def _store():
         raise UserError(f"cannot open the session store {default_store_path()} ({str(e).removeprefix('Error: ')})",
                         'the trace_dir setting', 'set REACH_TRACE_DIR to a folder you can write') from None
 
+def _workspace(s:Settings, session_id:str|None) -> Path|None:
+    "The risk tools' workspace store of a session, kept beside the session store; None (a temporary one) without."
+    if not session_id: return None
+    name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
+    return resolve_path(s.trace_dir)/'workspaces'/f'{name}.sqlite'
+
 def _converse(agent, q:str, session_id:str, tf:_TraceFile|None) -> Run|None:
     "Ask `q` as the next turn of conversation `session_id` in the session store, printing the run as it goes."
     from reach_nb.memory import Session
@@ -391,7 +397,8 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
                                  '--max-steps': max_steps, '--context': context})
     s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
     llm, tf = _model_or_stand_in(model, s, native), _TraceFile(trace) if trace else None
-    with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, **_agent_kw(agent, s, kw)) as a:
+    with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, store=_workspace(s, sid),
+                    **_agent_kw(agent, s, kw)) as a:
         servers = _with_mcp(a, mcp)
         try: run = _converse(a, q, sid, tf) if sid else print_run(a.stream(q), trace=tf)
         finally:
@@ -458,7 +465,7 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
         s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
         llm, tf = _model(spec, s), _TraceFile(trace) if trace else None
         with risk_agent(llm, _dataset(), max_steps=s.max_steps, max_corrections=s.max_corrections,
-                        **_stored_options(stored.meta)) as agent:
+                        store=_workspace(s, stored.meta.get('session_id')), **_stored_options(stored.meta)) as agent:
             run = _resumed(store, stored, run_id, agent, tf)
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)
 

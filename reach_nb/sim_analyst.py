@@ -1408,10 +1408,12 @@ def risk_agent(llm:ChatModel|None=None, # the model; default a `SimAnalyst`
                db:str|Path|None=None, # a risk dataset; default `ensure_dataset()` (built on first use)
                agent:str='react', # the architecture: one of `AGENTS`
                pipeline:str|Path|None=None, # for agent='pipeline': its YAML file (default the example)
+               store:str|Path|None=None, # the workspace store (procedures, tasks, results); default a fresh one
                **agent_kw): # passed to the agent's class (ReAct: max_steps defaults to 20)
-    "An agent over the nine risk tools in a fresh workspace store, closed on exit."
+    "An agent over the nine risk tools; its workspace store is `store`, kept, or a temporary one removed on exit."
     db, cap = ensure_dataset() if db is None else Path(db), load_settings().max_observation_chars or None
-    with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, RiskWorkspace(db, store=Path(d)/'ws.sqlite') as ws:
+    with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, \
+         RiskWorkspace(db, store=Path(store) if store else Path(d)/'ws.sqlite') as ws:
         tools = risk_tools(ws, max_chars=cap)
         yield make_agent(agent, llm or SimAnalyst(), tools, data_note(ws), pipeline, **agent_kw)
 
