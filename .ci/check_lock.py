@@ -20,7 +20,8 @@ def pins(lines) -> dict[str, str]:
     return out
 
 if __name__ == '__main__':
-    lock = pins((root/'requirements.lock').read_text(encoding='utf-8').splitlines())
+    path = Path(sys.argv[sys.argv.index('--lock') + 1]) if '--lock' in sys.argv else root/'requirements.lock'
+    lock = pins(path.read_text(encoding='utf-8').splitlines())
     freeze = subprocess.run([sys.executable, '-m', 'pip', 'freeze', '--exclude-editable'],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     installed = pins(freeze)
@@ -28,6 +29,6 @@ if __name__ == '__main__':
     problems += [f'{n} is pinned at {lock[n]} but {v} is installed' for n, v in installed.items() if n in lock and lock[n] != v]
     problems += [f'{n}=={v} is pinned but not installed' for n, v in lock.items() if n not in installed]
     if problems:
-        sys.exit('requirements.lock is out of date with pyproject.toml:\n  ' + '\n  '.join(sorted(problems)) +
+        sys.exit(f'{path.name} is out of date with pyproject.toml:\n  ' + '\n  '.join(sorted(problems)) +
                  '\nRun .ci/lock and commit requirements.lock.')
-    print(f'requirements.lock matches the environment ({len(lock)} packages)')
+    print(f'{path.name} matches the environment ({len(lock)} packages)')
