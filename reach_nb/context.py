@@ -14,7 +14,8 @@ from .llm import ChatModel, count_message_tokens, count_tokens, message_text
 
 # %% auto #0
 __all__ = ['POLICIES', 'ContextPolicy', 'Full', 'Window', 'clip', 'extractive_summary', 'ModelSummariser', 'step_summary',
-           'status_table', 'newest_fitting', 'prompt_tokens', 'Layered', 'get_policy', 'step_lead', 'prompt_for']
+           'status_table', 'newest_fitting', 'prompt_tokens', 'Layered', 'get_policy', 'step_lead', 'prompt_for',
+           'run_prompt']
 
 # %% ../nbs/05_context.ipynb #89a11f1c
 def _step_messages(steps:list[Step]) -> list[dict]: return [m for s in steps for m in s.messages]
@@ -218,11 +219,10 @@ def prompt_for(head:list[dict], policy:ContextPolicy, steps:list[Step], step:Ste
     return policy.build(head, steps, step_lead(step))
 
 # %% ../nbs/05_context.ipynb #b9fb1c64
-@patch
-def prompt_at(self:Run, index:int) -> list[dict]:
-    "The exact messages sent for step `index`: rebuilt by the run's policy (or as an older trace stored them)."
-    pos = next((k for k, s in enumerate(self.steps) if s.index == index), None)
-    if pos is None: raise KeyError(f"The run has no step {index}; its steps are {[s.index for s in self.steps]}.")
-    step, head = self.steps[pos], self.meta.get('head')
+def run_prompt(run:Run, index:int) -> list[dict]:
+    "The exact messages sent for step `index` of `run`: rebuilt by the run's policy (or as an older trace stored them)."
+    pos = next((k for k, s in enumerate(run.steps) if s.index == index), None)
+    if pos is None: raise KeyError(f"The run has no step {index}; its steps are {[s.index for s in run.steps]}.")
+    step, head = run.steps[pos], run.meta.get('head')
     if step.prompt or head is None: return list(step.prompt)
-    return prompt_for(head, get_policy(self.meta.get('context')), self.steps[:pos], step)
+    return prompt_for(head, get_policy(run.meta.get('context')), run.steps[:pos], step)

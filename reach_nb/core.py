@@ -495,3 +495,10 @@ def load(cls:Run, path) -> Run:
     run = cls.from_events(evs)
     if cut: run.meta['incomplete'] = True
     return run
+
+# %% ../nbs/00_core.ipynb #509d6e37
+@patch
+def prompt_at(self:Run, index:int) -> list[dict]:
+    "The exact messages step `index` was sent, rebuilt from the steps by the run's context policy (`context.run_prompt`)."
+    from reach_nb.context import run_prompt  # the policies come later; the method is here whichever modules were imported
+    return run_prompt(self, index)

@@ -18,7 +18,8 @@ from .recall import LongTermMemory, key_events
 
 # %% auto #0
 __all__ = ['FARM_STEP', 'FARM_CHANNEL', 'BENCH_POLICIES', 'MAX_QUESTION', 'MAX_ANSWER', 'MAX_FACTS', 'MAX_FACT', 'review_result',
-           'context_run', 'bench_context', 'facts_found', 'turn_messages', 'history', 'session_head', 'Session']
+           'context_run', 'bench_context', 'facts_found', 'turn_messages', 'history', 'session_head', 'Session',
+           'agent_chat']
 
 # %% ../nbs/09_memory.ipynb #31189a15
 _TASK = ("task_0007 'weekly review 2026-06-24..2026-06-30' done: procedure proc_0003 'weekly review' on transactions\n"
@@ -217,16 +218,15 @@ def ask(self:Session, message:str, # the next question, or the reply the last ru
     return run
 
 # %% ../nbs/09_memory.ipynb #1e5958e0
-@patch
-def chat(self:ReActAgent, message:str, # the user's next message
-         session_id:str='default', # the conversation
-         store:SessionStore|None=None, # where its runs are recorded (and loaded from, the first time)
-         memory:LongTermMemory|None=None) -> Run: # long-term memory for the conversation
-    "Ask within the conversation `session_id`; its `Session` is kept on the agent, made on first use."
-    sessions = self.__dict__.setdefault('sessions', {})
+def agent_chat(agent:ReActAgent, message:str, # the agent, and the user's next message
+               session_id:str='default', # the conversation
+               store:SessionStore|None=None, # where its runs are recorded (and loaded from, the first time)
+               memory:LongTermMemory|None=None) -> Run: # long-term memory for the conversation
+    "What `ReActAgent.chat` does: ask within the conversation `session_id`, its `Session` kept on the agent."
+    sessions = agent.__dict__.setdefault('sessions', {})
     s = sessions.get(session_id)
     if s is None or (store is not None and s.store is not store) or (memory is not None and s.memory is not memory):
-        s = sessions[session_id] = Session(self, session_id, store, memory)
+        s = sessions[session_id] = Session(agent, session_id, store, memory)
     return s.ask(message)
 
 # %% ../nbs/09_memory.ipynb #7fd67325

@@ -317,6 +317,16 @@ class ReActAgent:
         self.repeat_window = max(int(repeat_window), 0) if self.safeguards['repeat_guard'] else 0
         self.context, self.summariser = get_policy(context), summariser or extractive_summary
 
+# %% ../nbs/06_react.ipynb #a5fac45e
+@patch
+def chat(self:ReActAgent, message:str, # the user's next message
+         session_id:str='default', # the conversation
+         store=None, # a `SessionStore` its runs are recorded in (and loaded from, the first time)
+         memory=None) -> Run: # a `LongTermMemory` for the conversation
+    "Ask within the conversation `session_id`, kept on the agent (`memory.agent_chat` says how)."
+    from reach_nb.memory import agent_chat  # conversations come later; the method is here whatever was imported
+    return agent_chat(self, message, session_id, store, memory)
+
 # %% ../nbs/06_react.ipynb #778c656b
 def _offered(self:ReActAgent) -> ToolRegistry:
     "The tools offered to the model: the registry given, with the safeguards switched off and `ask_user` applied."

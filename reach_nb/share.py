@@ -14,11 +14,10 @@ from fastcore.basics import patch
 from .core import Run, Step, Usage, UserError, valid_text
 from .viewer import VIEWER_CSS, RunViewer, run_html, step_html, text_html
 from . import sessions
-import reach_nb.context  # Run.prompt_at: each step's prompt, rebuilt from the steps
 
 # %% auto #0
 __all__ = ['as_run', 'run_figures', 'compare_table_html', 'step_card', 'compare_html', 'CompareViewer', 'ForkViewer',
-           'run_static_html', 'run_page', 'run_to_html', 'compare_to_html']
+           'fork_panel', 'run_static_html', 'run_page', 'run_to_html', 'compare_to_html']
 
 # %% ../nbs/31_share.ipynb #089e409f
 def _esc(x) -> str: return html.escape(str(x))
@@ -322,12 +321,11 @@ def stored(cls:ForkViewer, store, # a `SessionStore`
     return v
 
 # %% ../nbs/31_share.ipynb #5e4052b9
-@patch
-def fork_panel(self:RunViewer, agent, # the agent that carries forks on (same tools)
+def fork_panel(viewer:RunViewer, agent, # a viewer, and the agent that carries forks on (same tools)
                **kw) -> ForkViewer: # passed to `ForkViewer`
-    "A `ForkViewer` of this viewer's run, at the step the viewer shows."
-    at = self.step.index if self.step else None
-    return ForkViewer(self.run, agent, step=at, fold=getattr(self, 'fold', 600), **kw)
+    "What `RunViewer.fork_panel` gives: a `ForkViewer` of the viewer's run, at the step it shows."
+    at = viewer.step.index if viewer.step else None
+    return ForkViewer(viewer.run, agent, step=at, fold=getattr(viewer, 'fold', 600), **kw)
 
 # %% ../nbs/31_share.ipynb #95c4f245
 _HIDE = ('<div class="reach-source">', '<span class="reach-less">')  # shown only through the viewer's style sheet
@@ -478,11 +476,6 @@ def run_to_html(run, path, # a run (or anything `as_run` takes), and the file to
     "Write a run as one self-contained HTML page; returns the path."
     return _write(path, run_page(run, n, prompts))
 
-@patch
-def to_html(self:RunViewer, path, # the file to write
-            prompts:bool=True) -> Path: # include each step's prompt (folded)
-    "Write the viewer's run as one self-contained HTML page; returns the path."
-    return run_to_html(self.run, path, getattr(self, 'fold', 600), prompts)
 
 # %% ../nbs/31_share.ipynb #d6ba085f
 def compare_to_html(run_a, run_b, path, # two runs (or anything `as_run` takes), and the file to write

@@ -13,7 +13,6 @@ from fastcore.basics import patch
 from markdown_it import MarkdownIt
 from .core import (ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step, StepEnd, StepStart,
                            TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart, Usage, valid_text)
-import reach_nb.context  # Run.prompt_at: each step's prompt, rebuilt from the steps
 
 # %% auto #0
 __all__ = ['VIEWER_CSS', 'MAX_MARKDOWN', 'MAX_MARK', 'fold_html', 'looks_markdown', 'markdown_html', 'text_html', 'prompt_html',
@@ -576,6 +575,21 @@ class RunViewer(W.VBox):
         self.children = self._layout()
         self.add_class('reach-viewer')
         self._refresh()
+
+# %% ../nbs/30_viewer.ipynb #43d6abac
+@patch
+def to_html(self:RunViewer, path, # the file to write
+            prompts:bool=True) -> Path: # include each step's prompt (folded)
+    "Write the viewer's run as one self-contained HTML page (`share.run_to_html`); returns the path."
+    from reach_nb.share import run_to_html  # written after the viewer, on it; the method is here whatever was imported
+    return run_to_html(self.run, path, getattr(self, 'fold', 600), prompts)
+
+@patch
+def fork_panel(self:RunViewer, agent, # the agent that carries forks on (same tools)
+               **kw): # passed to `share.ForkViewer`
+    "A `share.ForkViewer` of this viewer's run, at the step the viewer shows."
+    from reach_nb.share import fork_panel
+    return fork_panel(self, agent, **kw)
 
 # %% ../nbs/30_viewer.ipynb #4b82404d
 @patch

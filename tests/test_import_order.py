@@ -1,0 +1,38 @@
+"""A class behaves the same whichever modules were imported: each check runs in a fresh interpreter that imports
+only the module defining the class, and uses a method whose machinery lives in a later module."""
+import subprocess, sys, textwrap
+
+import pytest
+
+CASES = {
+    'Run.prompt_at': '''
+        from reach_nb.core import Run
+        from reach_nb.llm import ScriptedLLM
+        from reach_nb.react import ReActAgent
+        run = ReActAgent(ScriptedLLM(['{"thought": "t", "answer": "a"}']), []).run('q')
+        assert run.prompt_at(1)[-1] == {'role': 'user', 'content': 'q'}, run.prompt_at(1)''',
+    'ReActAgent.chat': '''
+        from reach_nb.llm import ScriptedLLM
+        from reach_nb.react import ReActAgent
+        agent = ReActAgent(ScriptedLLM(['{"thought": "t", "answer": "one"}', '{"thought": "t", "answer": "two"}']), [])
+        assert [agent.chat(m).answer for m in ('first', 'second')] == ['one', 'two']
+        assert len(agent.sessions['default'].runs) == 2''',
+    'RunViewer.to_html': '''
+        import sys, tempfile
+        from pathlib import Path
+        from reach_nb.llm import ScriptedLLM
+        from reach_nb.react import ReActAgent
+        from reach_nb.viewer import RunViewer
+        run = ReActAgent(ScriptedLLM(['{"thought": "t", "answer": "a"}']), []).run('q')
+        v = RunViewer(run)
+        page = v.to_html(Path(tempfile.mkdtemp())/'run.html').read_text(encoding='utf-8')
+        assert page.startswith('<!doctype html>') and 'q' in page
+''',
+}
+
+
+@pytest.mark.parametrize('name', CASES)
+def test_methods_do_not_depend_on_what_was_imported(name):
+    code = textwrap.dedent(CASES[name])
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
