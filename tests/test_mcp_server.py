@@ -195,13 +195,24 @@ def test_a_public_server_serves_a_client_that_sends_the_token(public_server):
         with pytest.raises(UserError, match="MCP server 'anon' could not be reached"): hub.add('anon', url)
 
 
-def test_a_server_open_to_the_network_needs_a_token(monkeypatch):
+def _refusal(**kw):
+    "The `UserError` with which `serve_mcp(**kw)` refuses to serve (in a thread, so that serving instead fails the test)."
+    import threading
     from reach_nb.core import UserError
     from reach_nb.mcp_tools import serve_mcp
+    said = []
+    def serve():
+        try: serve_mcp(http_port=free_port(), **kw)
+        except UserError as e: said.append(e)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start(); t.join(20)
+    assert said, f'serve_mcp({kw}) served instead of refusing'
+    return str(said[0])
+
+
+def test_a_server_open_to_the_network_needs_a_token(monkeypatch):
     monkeypatch.delenv('REACH_MCP_TOKEN', raising=False)
     for host in ['0.0.0.0', '::', '192.0.2.7']:  # refused before anything listens
-        with pytest.raises(UserError) as e: serve_mcp(http_port=free_port(), host=host)
-        assert str(e.value).startswith(f'no token for a server listening on {host}, which other machines can reach '
-                                       'in option --token: give --token (or set REACH_MCP_TOKEN)'), e.value
-    with pytest.raises(UserError, match='the token has 6 characters in option --token'):
-        serve_mcp(http_port=free_port(), host='0.0.0.0', token='secret')
+        assert _refusal(host=host).startswith(f'no token for a server listening on {host}, which other machines can '
+                                              'reach in option --token: give --token (or set REACH_MCP_TOKEN)')
+    assert _refusal(host='0.0.0.0', token='secret').startswith('the token has 6 characters in option --token')
