@@ -4,7 +4,8 @@
 
 # %% ../nbs/40_mcp.ipynb #7eca0bb4
 from __future__ import annotations
-import asyncio, atexit, errno, importlib.util, json, os, re, shlex, socket, sys, tempfile, threading, time, types, weakref
+import asyncio, atexit, errno, hmac, importlib.util, ipaddress, json, logging, os, re, shlex, socket, sys, tempfile
+import threading, time, types, weakref
 from collections import Counter
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
@@ -19,11 +20,16 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.responses import PlainTextResponse
 from . import __version__
 from .core import UserError
-from .tools import Tool, ToolError, ToolRegistry, _LoopThread, short_repr
+from .tools import Tool, ToolError, ToolRegistry, _LoopThread, _norm, short_repr
 
 # %% auto #0
 __all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_server', 'serve_mcp',
@@ -173,7 +179,7 @@ def _said(sc, content) -> bool:
     for c in content or []:
         if not isinstance(c, mt.TextContent): continue
         try: v = json.loads(c.text)
-        except ValueError: v = c.text
+        except (ValueError, RecursionError): v = c.text  # a text nested past Python's limit is text
         if sc in (v, {'result': v}, {'result': c.text}): return True
     return False
 
@@ -233,20 +239,70 @@ def _bind(host:str, port:int, where:str) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else each call waits ~40 ms for a delayed ACK
     return sock
 
+_LOOPBACK = ['127.0.0.1', 'localhost', '[::1]']  # as a Host header writes them
+_MIN_TOKEN = 16  # characters; a shorter token is too easy to guess
+
+def _is_loopback(host:str) -> bool:
+    try: return ipaddress.ip_address(host.strip('[]')).is_loopback
+    except ValueError: return host == 'localhost'
+
+def _guard(host:str, allow_hosts=()) -> TransportSecuritySettings:
+    "The Host and Origin checks (against DNS rebinding): loopback names, the bound host and `allow_hosts`, any port."
+    names = list(dict.fromkeys(_LOOPBACK + [f'[{h}]' if ':' in h else h for h in [host, *allow_hosts]]))
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[h for n in names for h in (n, f'{n}:*')],
+                                     allowed_origins=[f'{s}://{n}{p}' for n in names for s in ('http', 'https')
+                                                      for p in ('', ':*')])
+
 def _base_url(host:str, port:int) -> str: return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+
+# %% ../nbs/40_mcp.ipynb #b213c7f9
+class _BearerToken:
+    "ASGI middleware: an HTTP request without `Authorization: Bearer <token>` is refused (401) before the app sees it."
+    def __init__(self, app, token:str): self.app, self.token = app, token.encode()
+    def _ok(self, scope) -> bool:
+        got = dict(scope.get('headers') or []).get(b'authorization', b'')
+        return got[:7].lower() == b'bearer ' and hmac.compare_digest(got[7:].strip(), self.token)
+    async def __call__(self, scope, receive, send):
+        if scope['type'] == 'http' and not self._ok(scope):
+            refusal = PlainTextResponse('Unauthorized: send the header "Authorization: Bearer <token>"', 401,
+                                        headers={'WWW-Authenticate': 'Bearer'})
+            return await refusal(scope, receive, send)
+        await self.app(scope, receive, send)
+
+def _token(host:str, token:str|None, where:str) -> str|None:
+    "`token` checked: a `UserError` if a server open to the network has none, or if it is too short to be a secret."
+    token = token or None
+    if token is None and not _is_loopback(host): raise UserError(
+        f"no token for a server listening on {host}, which other machines can reach", where,
+        'give --token (or set REACH_MCP_TOKEN) to a secret of 16 characters or more; clients send '
+        '"Authorization: Bearer <token>". Or listen on 127.0.0.1')
+    if token is not None and len(token) < _MIN_TOKEN: raise UserError(
+        f"the token has {len(token)} characters", where,
+        f'give one of {_MIN_TOKEN} or more, e.g. python -c "import secrets; print(secrets.token_urlsafe())"')
+    return token
+
+def _http_app(server:Server, host:str, token:str|None=None, allow_hosts=()):
+    "The server as an ASGI app: Host and Origin checked, bodies capped (the SDK's 4 MiB), the token asked for if given."
+    app = server.streamable_http_app(host=host, transport_security=_guard(host, allow_hosts))
+    return _BearerToken(app, token) if token else app
 
 # %% ../nbs/40_mcp.ipynb #551dcf0c
 def serve_mcp(registry:ToolRegistry|None=None, # the tools to offer; default: the nine risk tools on the sample data
               http_port:int|None=None, # serve streamable HTTP on this port, at /mcp; None: serve over stdio
-              host:str='127.0.0.1', # the address to listen on over HTTP
-              where:str='option --http'): # what messages name as the port's source
+              host:str='127.0.0.1', # the address to listen on over HTTP; not loopback: a token is required
+              where:str='option --http', # what messages name as the port's source
+              token:str|None=None, # HTTP clients must send `Authorization: Bearer <token>`; default: $REACH_MCP_TOKEN
+              allow_hosts:list[str]|None=None): # more names clients may reach the server by (Host and Origin)
     "Serve `registry` over MCP: on stdio until the client closes it, or over HTTP until the process is stopped."
     if http_port is None: return anyio.run(_serve_stdio, mcp_server(registry))
     if isinstance(http_port, bool) or not isinstance(http_port, int) or not 1 <= http_port <= 65535:
         raise UserError(f"port {http_port!r} is not a port", where, 'give a number from 1 to 65535, e.g. 8765')
+    token = _token(host, token or os.environ.get('REACH_MCP_TOKEN'), 'option --token')
     sock = _bind(host, http_port, where)  # before the tools load: a port in use is said at once
-    app = mcp_server(registry).streamable_http_app(host=host)
-    print(f"Serving MCP over streamable HTTP; clients connect to {_base_url(host, http_port)}", flush=True)
+    app = _http_app(mcp_server(registry), host, token, allow_hosts or [])
+    print(f"Serving MCP over streamable HTTP; clients connect to {_base_url(host, http_port)}"
+          + (' with "Authorization: Bearer <token>"' if token else ''), flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level='warning')).run(sockets=[sock])
 
 # %% ../nbs/40_mcp.ipynb #4aba1976
@@ -254,8 +310,10 @@ class MCPHTTPServer:
     "A registry served over streamable HTTP by uvicorn in a background thread; use as a context manager."
     def __init__(self, registry:ToolRegistry|None=None, # the tools; default: the nine risk tools on the sample data
                  host:str='127.0.0.1', port:int=0, # 0: a free port, chosen at start
+                 token:str|None=None, allow_hosts:list[str]|None=None, # as `serve_mcp` takes them
                  **kw): # more `mcp_server` options: name, read_only
         self.server, self.host, self.port = mcp_server(registry, **kw), host, port
+        self.token, self.allow_hosts = _token(host, token, 'MCPHTTPServer(token=...)'), list(allow_hosts or [])
         self._uv = self._thread = None
 
     @property
@@ -270,7 +328,7 @@ def start(self:MCPHTTPServer, timeout:float=10) -> MCPHTTPServer:
     "Serve; return once the server accepts connections."
     sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})")
     self.port = sock.getsockname()[1]
-    app = self.server.streamable_http_app(host=self.host)
+    app = _http_app(self.server, self.host, self.token, self.allow_hosts)
     self._uv = uvicorn.Server(uvicorn.Config(app, log_level='warning', timeout_graceful_shutdown=1))
     self._thread = threading.Thread(target=self._uv.run, kwargs={'sockets': [sock]}, daemon=True,
                                     name='reach_nb.mcp http')
@@ -298,8 +356,9 @@ class MCPConnection:
                  start_timeout:float=30): # seconds the server has to start and answer
         self.spec, self.on_change, self.mode, self.start_timeout = spec, on_change, mode, start_timeout
         self.client, self.tools, self.starts = None, [], 0
-        self._stop = self._task = self._err = None
-        self._lock, self._pending = asyncio.Lock(), set()
+        self.notes: list[str] = []  # what the last listing left out, and why
+        self._stop = self._task = self._err = self._relist = self._broken = None
+        self._lock, self._again, self._list_ids, self._skips = asyncio.Lock(), False, set(), []
 
     @property
     def up(self) -> bool:
@@ -316,11 +375,11 @@ async def _transport(self:MCPConnection, stack:AsyncExitStack):
     s = self.spec
     if s.url:
         http = await stack.enter_async_context(create_mcp_http_client(s.headers or None))
-        return streamable_http_client(s.url, http_client=http)
+        return _Screened(streamable_http_client(s.url, http_client=http), self)
     if self._err: self._err.close()
     self._err = tempfile.TemporaryFile('a+', encoding='utf-8', errors='replace')  # kept, to quote after it is gone
-    return stdio_client(StdioServerParameters(command=s.command, args=s.args, env=s.env or None, cwd=s.cwd),
-                        errlog=self._err)
+    return _Screened(stdio_client(StdioServerParameters(command=s.command, args=s.args, env=s.env or None, cwd=s.cwd),
+                                  errlog=self._err), self)
 
 @patch
 def _stderr(self:MCPConnection, since:int=0, n:int=600) -> str:
@@ -333,6 +392,75 @@ def _stderr(self:MCPConnection, since:int=0, n:int=600) -> str:
 def _stderr_size(self:MCPConnection) -> int:
     try: return os.fstat(self._err.fileno()).st_size
     except Exception: return 0
+
+# %% ../nbs/40_mcp.ipynb #4d338673
+class _Pipe:
+    "A transport stream that applies `fn` to each item on its way (`receive` on a read stream, `send` on a write one)."
+    def __init__(self, inner, fn): self.inner, self.fn = inner, fn
+    def __getattr__(self, k): return getattr(self.inner, k)
+    async def receive(self): return self.fn(await self.inner.receive())
+    async def send(self, item): await self.inner.send(self.fn(item))
+    def __aiter__(self): return self
+    async def __anext__(self):
+        try: return await self.receive()
+        except anyio.EndOfStream: raise StopAsyncIteration from None
+    async def __aenter__(self): return self
+    async def __aexit__(self, *exc): return await self.inner.__aexit__(*exc)
+
+class _Screened:
+    "An SDK transport whose messages pass by the connection: `_sent` sees what goes out, `_read` what comes in."
+    def __init__(self, transport, conn): self.transport, self.conn = transport, conn
+    async def __aenter__(self):
+        read, write = await self.transport.__aenter__()
+        return _Pipe(read, self.conn._read), _Pipe(write, self.conn._sent)
+    async def __aexit__(self, *exc): return await self.transport.__aexit__(*exc)
+
+# %% ../nbs/40_mcp.ipynb #108ff7d5
+def _why(e:BaseException) -> str:
+    "What an error says, on one line: a validation error's first message, else its text."
+    if isinstance(e, ValidationError) and e.errors(): return str(e.errors()[0]['msg'])[:200]
+    return ' '.join(str(e).split())[:200] or type(e).__name__
+
+def _tool_label(t) -> str:
+    name = t.get('name') if isinstance(t, dict) else None
+    return repr(name[:80]) if isinstance(name, str) else f"{short_repr(t, 60)} (it has no name)"
+
+def _screen_tools(raw, version:str) -> tuple[dict, list[str]]:
+    "A `tools/list` result without the tools the protocol's check refuses, and a note naming each one and why."
+    try: validate_server_result('tools/list', version, raw); return raw, []
+    except ValidationError as e: errors = e.errors(include_url=False)
+    except (ValueError, KeyError): return raw, []  # a version this check does not know: the SDK decides
+    bad = {}
+    for err in errors:
+        loc = err['loc']
+        if len(loc) > 1 and loc[0] == 'tools' and isinstance(loc[1], int):
+            bad.setdefault(loc[1], f"{'.'.join(map(str, loc[2:])) or 'the tool'}: {err['msg']}")
+    if not bad: return raw, []  # what is wrong is not one tool: the SDK says what
+    tools = raw['tools']
+    notes = [f"skipped tool {_tool_label(tools[i])} ({why})" for i, why in sorted(bad.items())]
+    return {**raw, 'tools': [t for i, t in enumerate(tools) if i not in bad]}, notes
+
+# %% ../nbs/40_mcp.ipynb #b14ba9fa
+@patch
+def _sent(self:MCPConnection, m):
+    "A message on its way to the server: the ids of `tools/list` requests are kept, to know their answers."
+    if isinstance(m, SessionMessage) and isinstance(m.message, mt.JSONRPCRequest) and m.message.method == 'tools/list':
+        self._list_ids.add(m.message.id)
+    return m
+
+@patch
+def _read(self:MCPConnection, m):
+    "A message from the server, on its way to the SDK: an unreadable one noted, a tool list screened."
+    if isinstance(m, Exception):
+        self._skips.append(f"it sent a message that could not be read ({_why(m)})")
+        if self._broken is not None and not self._broken.done(): self._broken.set_result(_why(m))
+        return m
+    if not (isinstance(m, SessionMessage) and isinstance(m.message, mt.JSONRPCResponse)
+            and m.message.id in self._list_ids and self.client is not None): return m
+    self._list_ids.discard(m.message.id)
+    result, notes = _screen_tools(m.message.result, self.client.protocol_version)
+    self._skips.extend(notes)
+    return m if not notes else SessionMessage(m.message.model_copy(update={'result': result}), m.metadata)
 
 # %% ../nbs/40_mcp.ipynb #46bc0d28
 @patch
@@ -369,6 +497,8 @@ def _url_why(e:BaseException) -> str:
 def _start_error(self:MCPConnection, e:BaseException) -> UserError:
     e, s = _root(e), self.spec
     why = (f"no answer within {self.start_timeout:g}s" if isinstance(e, (TimeoutError, asyncio.TimeoutError))
+           else f"its tools could not be listed: {e}" if isinstance(e, _Unlisted)
+           else f"its list of tools is not valid MCP: {_why(e)}" if isinstance(e, ValidationError)
            else _url_why(e) if s.url else 'the program was not found' if isinstance(e, FileNotFoundError)
            else 'it exited, or closed the connection' if _gone(e) else f"{type(e).__name__}: {e}")
     if s.url: return UserError(f"MCP server {s.name!r} could not be reached ({why})", f"url {s.where}",
@@ -378,6 +508,14 @@ def _start_error(self:MCPConnection, e:BaseException) -> UserError:
     return UserError(what, f"command `{s.where}`", 'check that it runs by itself in a terminal, and its "args", "env" and "cwd"')
 
 # %% ../nbs/40_mcp.ipynb #0d2ccfdc
+class _NoTraceback(logging.Filter):
+    "The SDK logs a message it cannot parse with a traceback; the connection says why in its notes, so one line is enough."
+    def filter(self, record):
+        if str(record.msg).startswith(('Failed to parse', 'Error parsing')): record.exc_info = record.exc_text = None
+        return True
+
+for _name in ('mcp.client.stdio', 'mcp.client.streamable_http'): logging.getLogger(_name).addFilter(_NoTraceback())
+
 def _import_jsonschema():
     "Import `jsonschema` without compiling rfc3987-syntax's IRI grammar (a second of CPU); its `iri` check loads it on use."
     if 'jsonschema' in sys.modules or 'rfc3987_syntax' in sys.modules or importlib.util.find_spec('rfc3987_syntax') is None:
@@ -402,48 +540,79 @@ async def start(self:MCPConnection) -> list[mt.Tool]:
     ready = asyncio.get_running_loop().create_future()
     self._stop, self.starts = asyncio.Event(), self.starts + 1
     self._task = asyncio.create_task(self._hold(ready))
-    try: await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
+    try:
+        await asyncio.wait_for(asyncio.shield(ready), self.start_timeout)
+        self.tools = await self._list()
     except BaseException as e:
         error = self._start_error(e)  # before closing: it quotes the server's stderr
         await self.close()
         if isinstance(e, asyncio.CancelledError): raise
         raise error from None
-    self.tools = await self._list()
     return self.tools
 
 @patch
 async def close(self:MCPConnection):
     "Close the connection; a server this connection started is stopped (the SDK ends its whole process tree)."
     if self._stop is not None: self._stop.set()
+    if self._relist is not None: self._relist.cancel()
     if self._task is not None: await asyncio.gather(self._task, return_exceptions=True)
     if self._err is not None: self._err.close()
     self._task = self._stop = self._err = None
 
 # %% ../nbs/40_mcp.ipynb #0ad9e531
+class _Unlisted(Exception): "The server's tools could not be listed: no answer in time, or one that could not be read."
+
 @patch
-async def _list(self:MCPConnection) -> list[mt.Tool]:
+async def _pages(self:MCPConnection) -> list[mt.Tool]:
     "Every tool the server lists, page after page (at most 100 pages)."
     tools, cursor = [], None
     for _ in range(100):
         r = await self.client.list_tools(cursor=cursor, cache_mode='bypass')
-        tools, cursor = tools + list(r.tools), r.next_cursor
+        tools.extend(r.tools)
+        cursor = r.next_cursor
         if not cursor: break
     return tools
 
 @patch
-async def refresh(self:MCPConnection) -> list[mt.Tool]:
-    "List the server's tools again, and tell `on_change`."
-    if self.client is None: return self.tools
-    self.tools = await self._list()
-    if self.on_change: self.on_change(self)
-    return self.tools
+async def _list(self:MCPConnection) -> list[mt.Tool]:
+    "The server's tools, within `start_timeout`; a message that could not be read meanwhile ends the wait at once."
+    self._broken, self._skips = asyncio.get_running_loop().create_future(), []
+    pages = asyncio.ensure_future(self._pages())
+    try: done, _ = await asyncio.wait([pages, self._broken], timeout=self.start_timeout,
+                                      return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not pages.done(): pages.cancel()
+    if pages not in done:
+        raise _Unlisted(f"it sent a message that could not be read ({self._broken.result()})" if self._broken.done()
+                        else f"no list of tools within {self.start_timeout:g}s")
+    tools = pages.result()
+    self.notes = self._skips
+    return tools
 
 # %% ../nbs/40_mcp.ipynb #6bc2af25
 @patch
+async def refresh(self:MCPConnection) -> list[mt.Tool]:
+    "List the server's tools again, and tell `on_change`; a listing that fails keeps the last list, with a note."
+    if self.client is None: return self.tools
+    try: self.tools = await self._list()
+    except (_Unlisted, MCPError, ValidationError, anyio.ClosedResourceError, anyio.BrokenResourceError) as e:
+        self.notes = [f"its tools could not be listed again ({_why(e)}); the last list is kept"]
+    if self.on_change: self.on_change(self)
+    return self.tools
+
+@patch
+async def _relists(self:MCPConnection):
+    "List the tools again until no notice came during the last listing."
+    self._again = True
+    while self._again:
+        self._again = False
+        await self.refresh()
+
+@patch
 def _changed(self:MCPConnection):
-    "The server says its tools changed: list them again, in a task that calls can wait for."
-    t = asyncio.get_running_loop().create_task(self.refresh())
-    self._pending.add(t); t.add_done_callback(self._pending.discard)
+    "The server says its tools changed: list them again, or once more after the listing now running."
+    if self._relist is not None and not self._relist.done(): self._again = True
+    else: self._relist = asyncio.get_running_loop().create_task(self._relists())
 
 @patch
 async def _on_message(self:MCPConnection, msg):
@@ -481,7 +650,7 @@ async def _ready(self:MCPConnection) -> Client:
 async def _settled(self:MCPConnection, result):
     "`result`, once the tools the server said changed meanwhile are listed again."
     for _ in range(3): await asyncio.sleep(0)  # let news that came with the result be handled
-    if self._pending: await asyncio.wait(list(self._pending), timeout=10)
+    if self._relist is not None and not self._relist.done(): await asyncio.wait([self._relist], timeout=10)
     return result
 
 @patch
@@ -514,7 +683,9 @@ class MCPTools:
         self.always_prefix, self.start_timeout, self.mode = always_prefix, start_timeout, mode
         self.servers: dict[str, MCPConnection] = {}
         self.owner: dict[str, tuple[str, str]] = {}  # registry name: (server, the server's name for the tool)
-        self.skipped: list[str] = []  # tools a server listed that could not be used, and why
+        self.skipped: list[str] = []  # tools a server listed that could not be used (or were renamed), and why
+        self.renamed: dict[str, str] = {}  # a name given to tell two tools apart: the name both would have had
+        self._told: set[str] = set()  # the notes said on stderr already
         self.registry.mcp = self
         _hubs.add(self)
 
@@ -526,15 +697,40 @@ class MCPTools:
 _hubs = weakref.WeakSet()
 
 # %% ../nbs/40_mcp.ipynb #075246f1
+def _unique(wanted:list[str], taken) -> list[str]:
+    "Each wanted name, or, if `taken` holds it or an earlier one got it, its first free form `stem_2`, `stem_3`...: linear."
+    out, used, step = [], set(), {}
+    for w in wanted:
+        name, stem = w, w[:56]  # 56 characters, `_` and 7 digits fit in 64
+        while name in used or name in taken:
+            step[stem] = step.get(stem, 1) + 1  # each stem counts on from where it stopped: no name is tried twice
+            name = f"{stem}_{step[stem]}"
+        used.add(name)
+        out.append(name)
+    return out
+
 @patch
 def _names(self:MCPTools) -> dict[str, tuple[str, mt.Tool]]:
-    "Registry name: (server, tool), for every server's tools; a name two sources share gets its server's prefix."
+    "Registry name: (server, tool) for every server's tool; a name other sources have takes the server's prefix."
     mine = [(s, t) for s, c in self.servers.items() for t in c.tools]
-    count = Counter([_safe(t.name) for _, t in mine] + [n for n in self.registry.names if n not in self.owner])
-    def name(s, t):
+    local = [n for n in self.registry.names if n not in self.owner]
+    sources = {n: {None} for n in local}
+    for s, t in mine: sources.setdefault(_safe(t.name), set()).add(s)
+    def want(s, t):
         bare = _safe(t.name)
-        return _safe(f"{_safe(s, 24)}__{t.name}") if self.always_prefix or count[bare] > 1 else bare
-    return {name(s, t): (s, t) for s, t in mine}
+        return _safe(f"{_safe(s, 24)}__{t.name}") if self.always_prefix or len(sources[bare]) > 1 else bare
+    order = sorted(range(len(mine)), key=lambda i: _safe(mine[i][1].name) != mine[i][1].name)  # safe names first
+    aliases = {a for n in local for a in self.registry.tools[n].aliases}
+    wanted = [want(*mine[i]) for i in order]
+    names = _unique(wanted, _Taken(set(local), aliases))
+    self.renamed = {n: w for n, w in zip(names, wanted) if n != w}  # name given: the name it would have had
+    got = dict(zip(order, names))
+    return {got[i]: mine[i] for i in range(len(mine))}  # in listing order
+
+class _Taken:
+    "The names a server's tool cannot have: a local tool's name, or a name that is one of their aliases once normalised."
+    def __init__(self, names:set[str], aliases:set[str]): self.names, self.aliases = names, {_norm(a) for a in aliases}
+    def __contains__(self, name): return name in self.names or (bool(self.aliases) and _norm(name) in self.aliases)
 
 @patch
 def _tool(self:MCPTools, name:str, server:str, t:mt.Tool) -> Tool:
@@ -546,17 +742,28 @@ def _tool(self:MCPTools, name:str, server:str, t:mt.Tool) -> Tool:
 # %% ../nbs/40_mcp.ipynb #ce53b08f
 @patch
 def _sync(self:MCPTools):
-    "Make the registry hold the servers' tools as they are now, under their current names."
-    want, self.skipped = self._names(), []
-    for n in [n for n in self.owner if n not in want]:
-        if n in self.registry.tools: self.registry.remove(n)
-        del self.owner[n]
+    "Make the registry hold the servers' tools as they are now, under their current names: one change of the registry."
+    want, tools, owner = self._names(), [], {}
+    self.skipped = [f"MCP server {s!r}: {n}" for s, c in self.servers.items() for n in c.notes]
     for n, (s, t) in want.items():
-        try: self.registry.add(self._tool(n, s, t), replace=True)
+        try: tools.append(self._tool(n, s, t))
         except (ValueError, TypeError, RecursionError) as e:
-            self.skipped.append(f"{s}/{t.name}: {e}")
+            self.skipped.append(f"MCP server {s!r}: skipped tool {short_repr(t.name, 80)} ({e})")
             continue
-        self.owner[n] = (s, t.name)
+        owner[n] = (s, t.name)
+        if n in self.renamed: self.skipped.append(
+            f"MCP server {s!r}: tool {short_repr(t.name, 80)} is called {n!r} here: {self.renamed[n]!r} is another tool's")
+    self.registry.update(tools, remove=[n for n in self.owner if n not in owner])
+    self.owner = owner
+    self._tell(self.skipped)
+
+@patch
+def _tell(self:MCPTools, notes:list[str], most:int=20):
+    "Say each note not said yet on stderr, one line each (at most `most` at a time); `skipped` keeps them all."
+    new = [n for n in notes if n not in self._told]
+    self._told.update(new)
+    for n in new[:most]: print(f"Note: {n}", file=sys.stderr)
+    if len(new) > most: print(f"Note: and {len(new) - most:,} more (see MCPTools.skipped)", file=sys.stderr)
 
 # %% ../nbs/40_mcp.ipynb #d1c4dd26
 @patch

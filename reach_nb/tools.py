@@ -189,6 +189,21 @@ def _hint_of(s, root=None, left:list|None=None) -> Any:
     if alts == 'array': return list[_hint_of(s['items'], root, left)] if isinstance(s.get('items'), dict) else list
     return _JSON_HINTS.get(alts, Any) if isinstance(alts, str) else Any
 
+# %% ../nbs/03_tools.ipynb #63a7836d
+_MAX_DEPTH = 64  # levels of objects and arrays a given schema may nest; far more than any real one needs
+_MAX_PARTS = 100_000  # objects, arrays and values it may hold
+
+def _check_size(schema, tool_name:str):
+    "A ValueError if `schema` nests deeper than `_MAX_DEPTH` or holds more than `_MAX_PARTS` parts: one pass, no recursion."
+    todo, parts = [(schema, 1)], 0
+    while todo:
+        v, depth = todo.pop()
+        parts += 1
+        if parts > _MAX_PARTS: raise ValueError(f"Tool {tool_name!r}: its schema has more than {_MAX_PARTS:,} parts.")
+        if not isinstance(v, (dict, list)): continue
+        if depth > _MAX_DEPTH: raise ValueError(f"Tool {tool_name!r}: its schema nests more than {_MAX_DEPTH} levels deep.")
+        todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+
 # %% ../nbs/03_tools.ipynb #52e0c1e3
 def _schema_param(name:str, s, need:set, root:dict) -> _Param:
     "One parameter from its schema: required if listed so, else its default (None when it has none)."
@@ -204,6 +219,7 @@ def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
         schema.get('properties', {}), dict): raise ValueError(
             f"Tool {tool_name!r}: parameters must be a JSON Schema of type 'object' with 'properties', "
             f"got {repr(schema)[:200]}.")
+    _check_size(schema, tool_name)
     need = set(schema.get('required') or [])
     params = [_schema_param(str(n), s, need, schema) for n, s in (schema.get('properties') or {}).items()]
     return params, schema.get('additionalProperties') is True
@@ -619,17 +635,11 @@ class ToolRegistry:
         self.suggestions, self.coercion = bool(suggestions), bool(coercion)
         self._schemas, self._by_alias = None, {}
         self.version = 0  # goes up at each change of the tools, so a prompt built from them can tell it is stale
-        for t in tools or []: self.add(t)
+        if tools: self.update(tools, replace=False)
 
     def add(self, fn_or_tool, replace:bool=False) -> Tool:
         "Register a function or `Tool`; a second tool with the same name needs `replace=True`."
-        t = as_tool(fn_or_tool)
-        if t.name in self.tools and self.tools[t.name] is not t and not replace: raise ValueError(
-            f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
-        tools = self.tools | {t.name: t}
-        self._by_alias = _alias_table(tools)  # checks that no alias names two tools
-        self.tools, self._schemas, self.version = tools, None, self.version + 1
-        return t
+        return self.update([fn_or_tool], replace=replace)[0]
 
     def __repr__(self): return f"ToolRegistry({self.names})"
     @property
@@ -662,6 +672,28 @@ def _resolve(self:ToolRegistry, name) -> Tool|None:
     if not isinstance(name, str): return None
     return self.tools.get(name) or self.tools.get(self._by_alias.get(_norm(name[:_QUOTE_MAX]), ''))
 
+# %% ../nbs/03_tools.ipynb #77fc70b6
+def _check_free(tools:dict[str, Tool], new:list[Tool]):
+    "A ValueError if a tool in `new` takes a name already registered (or given twice) by another tool."
+    seen = {}
+    for t in new:
+        other = seen.get(t.name, tools.get(t.name))
+        if other is not None and other is not t: raise ValueError(
+            f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
+        seen[t.name] = t
+
+@patch
+def update(self:ToolRegistry, add:Iterable=(), # functions, `@tool` functions or `Tool`s to register
+           remove:Iterable[str]=(), # registered names to take out (names not registered are ignored)
+           replace:bool=True) -> list[Tool]: # False: a name already taken is a ValueError, as in `add`
+    "Add and remove many tools as one change: the indexes are rebuilt once, so n tools cost O(n), not O(n²)."
+    new, gone = [as_tool(x) for x in add], set(remove)
+    if not replace: _check_free(self.tools, new)
+    tools = {n: t for n, t in self.tools.items() if n not in gone} | {t.name: t for t in new}
+    self._by_alias = _alias_table(tools)  # checks that no alias names two tools
+    self.tools, self._schemas, self.version = tools, None, self.version + 1
+    return new
+
 # %% ../nbs/03_tools.ipynb #033951d1
 @patch
 def suggest(self:ToolRegistry, name:str) -> str|None:
@@ -687,9 +719,8 @@ def schemas(self:ToolRegistry) -> list[dict]:
 def remove(self:ToolRegistry, name:str) -> Tool:
     "Take the tool called `name` (its registered name) out of the registry, and return it."
     if name not in self.tools: raise KeyError(self._unknown_text(name))
-    t, tools = self.tools[name], {k: v for k, v in self.tools.items() if k != name}
-    self._by_alias = _alias_table(tools)
-    self.tools, self._schemas, self.version = tools, None, self.version + 1
+    t = self.tools[name]
+    self.update(remove=[name])
     return t
 
 # %% ../nbs/03_tools.ipynb #43cfd7f8

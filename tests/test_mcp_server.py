@@ -128,3 +128,91 @@ def test_inspector_cli_over_streamable_http(http_server):
     bad = _inspector(http_server, '--transport', 'http', '--method', 'tools/call', '--tool-name', 'describe_dataset',
                      '--tool-arg', 'dataset=nope')
     assert bad['isError'] is True and "unknown dataset 'nope'" in bad['content'][0]['text']
+
+
+INIT = {'jsonrpc': '2.0', 'id': 1, 'method': 'initialize',
+        'params': {'protocolVersion': '2025-06-18', 'capabilities': {}, 'clientInfo': {'name': 'probe', 'version': '1'}}}
+MCP_HEADERS = {'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'}
+
+
+def _post(url:str, body=INIT, **headers) -> int:
+    "The status of one MCP request, sent to a loopback address only."
+    assert url.startswith('http://127.0.0.1:')
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(url, content=content, headers={**MCP_HEADERS, **headers}, timeout=30).status_code
+
+
+def test_loopback_http_checks_host_origin_and_body_size():
+    "As measured before: a DNS-rebinding Host or a foreign Origin is refused, and so is a body over 4 MiB."
+    from reach_nb.mcp_tools import MCPHTTPServer
+    with MCPHTTPServer() as s:
+        port = s.port
+        assert _post(s.url) == 200
+        assert _post(s.url, Host=f'localhost:{port}', Origin=f'http://localhost:{port}') == 200
+        assert _post(s.url, Host=f'evil.example:{port}') == 421
+        assert _post(s.url, Origin='http://evil.example') == 403
+        assert _post(s.url, body=b' ' * (4 * 1024 * 1024 + 1)) == 413
+
+
+@pytest.fixture
+def public_server():
+    "`serve_mcp` bound to every interface (0.0.0.0) with a token from REACH_MCP_TOKEN; it is only sent requests on 127.0.0.1."
+    import os
+    port, token = free_port(), 'T0ken-for-the-tests-only'
+    code = (f"from reach_nb.mcp_tools import serve_mcp; serve_mcp(http_port={port}, host='0.0.0.0', "
+            "allow_hosts=['mcp.example.org'])")
+    proc = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, 'REACH_MCP_TOKEN': token})
+    line = proc.stdout.readline()  # said once the port listens
+    try:
+        assert line.strip() == (f'Serving MCP over streamable HTTP; clients connect to http://0.0.0.0:{port}/mcp '
+                                'with "Authorization: Bearer <token>"'), (line, proc.stderr.read()[-2000:] if not line else '')
+        yield f'http://127.0.0.1:{port}/mcp', port, token
+    finally:
+        proc.terminate(); proc.wait(10)
+
+
+def test_a_public_server_asks_for_its_token_and_still_checks_host_and_origin(public_server):
+    url, port, token = public_server
+    bearer = f'Bearer {token}'
+    assert _post(url) == 401
+    assert _post(url, Authorization='Bearer not-the-token') == 401
+    assert _post(url, Authorization=token) == 401  # no "Bearer"
+    assert _post(url, Authorization=bearer) == 200
+    assert _post(url, Authorization=bearer, Host=f'mcp.example.org:{port}', Origin='https://mcp.example.org') == 200
+    assert _post(url, Authorization=bearer, Host=f'evil.example:{port}') == 421
+    assert _post(url, Authorization=bearer, Origin='http://evil.example') == 403
+
+
+def test_a_public_server_serves_a_client_that_sends_the_token(public_server):
+    from reach_nb.core import UserError
+    from reach_nb.mcp_tools import MCPTools
+    url, _, token = public_server
+    with MCPTools() as hub:
+        hub.add('risk', {'url': url, 'headers': {'Authorization': f'Bearer {token}'}})
+        assert hub.registry.names == RISK_TOOLS
+        assert hub.registry.call('describe_dataset', {'dataset': 'users'}).content.startswith('users [dimensions]')
+        with pytest.raises(UserError, match="MCP server 'anon' could not be reached"): hub.add('anon', url)
+
+
+def _refusal(**kw):
+    "The `UserError` with which `serve_mcp(**kw)` refuses to serve (in a thread, so that serving instead fails the test)."
+    import threading
+    from reach_nb.core import UserError
+    from reach_nb.mcp_tools import serve_mcp
+    said = []
+    def serve():
+        try: serve_mcp(http_port=free_port(), **kw)
+        except UserError as e: said.append(e)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start(); t.join(20)
+    assert said, f'serve_mcp({kw}) served instead of refusing'
+    return str(said[0])
+
+
+def test_a_server_open_to_the_network_needs_a_token(monkeypatch):
+    monkeypatch.delenv('REACH_MCP_TOKEN', raising=False)
+    for host in ['0.0.0.0', '::', '192.0.2.7']:  # refused before anything listens
+        assert _refusal(host=host).startswith(f'no token for a server listening on {host}, which other machines can '
+                                              'reach in option --token: give --token (or set REACH_MCP_TOKEN)')
+    assert _refusal(host='0.0.0.0', token='secret').startswith('the token has 6 characters in option --token')
