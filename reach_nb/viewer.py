@@ -576,7 +576,7 @@ class RunViewer(W.VBox):
         self.add_class('reach-viewer')
         self._refresh()
 
-# %% ../nbs/30_viewer.ipynb #43d6abac
+# %% ../nbs/30_viewer.ipynb #7ea0e285
 @patch
 def to_html(self:RunViewer, path, # the file to write
             prompts:bool=True) -> Path: # include each step's prompt (folded)
