@@ -614,10 +614,14 @@ app.add_typer(mcp_app, name='mcp')
 
 @mcp_app.command('serve')
 def mcp_serve(http:Optional[int] = typer.Option(None, '--http', help='Serve streamable HTTP on this port (default: stdio).'),
-              host:str = typer.Option('127.0.0.1', help='The address to listen on with --http.')):
+              host:str = typer.Option('127.0.0.1', help='The address to listen on with --http.'),
+              token:Optional[str] = typer.Option(None, '--token', envvar='REACH_MCP_TOKEN',
+                  help='Clients must send "Authorization: Bearer TOKEN"; required with a --host other than loopback.'),
+              allow_host:Optional[list[str]] = typer.Option(None, '--allow-host',
+                  help='Another name clients may reach the server by (the Host and Origin check); repeatable.')):
     "Serve the nine risk tools over MCP: on stdio for a client that starts this command, or over HTTP."
     from reach_nb.mcp_tools import serve_mcp
-    serve_mcp(http_port=http, host=host)  # a bad or busy port is its UserError, naming option --http
+    serve_mcp(http_port=http, host=host, token=token, allow_hosts=allow_host or [])  # bad port, no token: UserError
 
 # %% ../nbs/93_cli.ipynb #57f52cdd
 def _not_dataset(path:Path) -> str|None:

@@ -70,3 +70,8 @@ def test_an_mcp_config_with_no_server_is_one_error_line(tmp_path):
 def test_mcp_serve_refuses_a_bad_port(tmp_path):
     r = _reach('mcp', 'serve', '--http', '70000', cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith('Error: port 70000 is not a port in option --http')
+
+
+def test_mcp_serve_off_loopback_wants_a_token(tmp_path):
+    r = _reach('mcp', 'serve', '--http', '8799', '--host', '0.0.0.0', cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith('Error: ') and 'token' in r.stderr and r.stderr.count('\n') == 1, r.stderr
