@@ -18,7 +18,7 @@ from .config import Settings, load_settings
 __all__ = ['FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
            'MalformedResponse', 'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch',
            'as_response', 'ChatModel', 'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM',
-           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'OpenAIChat', 'register_model', 'get_model']
+           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'encodable', 'OpenAIChat', 'register_model', 'get_model']
 
 # %% ../nbs/04_llm.ipynb #ec032b4c
 @functools.cache
@@ -569,7 +569,7 @@ def _body(e) -> str:
     else: text = str(body or getattr(e, 'message', ''))
     return text[:300] + ('…' if len(text) > 300 else '')
 
-def _encodable(x):
+def encodable(x):
     "JSON data `x`, with lone surrogates (from a tool's undecodable output, say) replaced so it encodes as UTF-8."
     text = json.dumps(x, ensure_ascii=False, default=str)
     try: text.encode('utf-8')
@@ -628,7 +628,7 @@ async def aclose(self:OpenAIChat):
 @patch
 def _params(self:OpenAIChat, messages, tools, json_mode, temperature, stream=False) -> dict:
     "The `chat.completions.create` arguments for one call."
-    p = dict(model=self.model, messages=_encodable(messages))
+    p = dict(model=self.model, messages=encodable(messages))
     t = self.temperature if temperature is None else temperature
     if t is not None: p['temperature'] = t
     if json_mode: p['response_format'] = {'type': 'json_object'}

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from starlette.responses import PlainTextResponse
 from . import __version__
 from .core import UserError
-from .tools import Tool, ToolError, ToolRegistry, _LoopThread, _norm, short_repr
+from .tools import Tool, ToolError, ToolRegistry, LoopThread, norm_name, short_repr
 
 # %% auto #0
 __all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_server', 'serve_mcp',
@@ -138,7 +138,7 @@ def _mcp_loop() -> asyncio.AbstractEventLoop:
     "The event loop that holds every MCP connection, in its own daemon thread (started on first use)."
     global _mcp_thread
     with _mcp_lock:
-        if _mcp_thread is None or not _mcp_thread.thread.is_alive(): _mcp_thread = _LoopThread('reach_nb.mcp loop')
+        if _mcp_thread is None or not _mcp_thread.thread.is_alive(): _mcp_thread = LoopThread('reach_nb.mcp loop')
     return _mcp_thread.loop
 
 async def _hop(coro):
@@ -201,7 +201,7 @@ def _mcp_tool(t:Tool, read_only:bool) -> mt.Tool:
 
 async def _serve_call(registry:ToolRegistry, params:mt.CallToolRequestParams) -> mt.CallToolResult:
     "One `tools/call`: an unknown tool is a protocol error; any other failure an `is_error` result."
-    if registry._resolve(params.name) is None:
+    if registry.resolve(params.name) is None:
         raise MCPError(mt.INVALID_PARAMS, registry._unknown_text(params.name))
     obs = await registry.acall(params.name, params.arguments or {})
     return mt.CallToolResult(content=[mt.TextContent(type='text', text=obs.content)], is_error=not obs.ok)
@@ -729,8 +729,8 @@ def _names(self:MCPTools) -> dict[str, tuple[str, mt.Tool]]:
 
 class _Taken:
     "The names a server's tool cannot have: a local tool's name, or a name that is one of their aliases once normalised."
-    def __init__(self, names:set[str], aliases:set[str]): self.names, self.aliases = names, {_norm(a) for a in aliases}
-    def __contains__(self, name): return name in self.names or (bool(self.aliases) and _norm(name) in self.aliases)
+    def __init__(self, names:set[str], aliases:set[str]): self.names, self.aliases = names, {norm_name(a) for a in aliases}
+    def __contains__(self, name): return name in self.names or (bool(self.aliases) and norm_name(name) in self.aliases)
 
 @patch
 def _tool(self:MCPTools, name:str, server:str, t:mt.Tool) -> Tool:

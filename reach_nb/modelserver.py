@@ -17,7 +17,7 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool
 from starlette.exceptions import HTTPException
 from .core import ToolCall
-from .llm import ChatModel, LLMResponse, _encodable, count_tokens, get_model
+from .llm import ChatModel, LLMResponse, encodable, count_tokens, get_model
 
 # %% auto #0
 __all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatMessage', 'ChatRequest', 'Wire', 'wire_format',
@@ -255,7 +255,7 @@ def _chat_request(body:bytes) -> ChatRequest|Response:
     try: data = json.loads(body)
     except (ValueError, RecursionError) as e:
         return error_response(400, f'Invalid request: the body is not JSON ({e}).')
-    try: return ChatRequest.model_validate(_encodable(data))
+    try: return ChatRequest.model_validate(encodable(data))
     except (ValueError, RecursionError) as e:
         errs = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, 'errors', list)()][:3]
         return error_response(400, f"Invalid request: {'; '.join(errs) or e}")

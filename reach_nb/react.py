@@ -605,9 +605,7 @@ def ask_user(question:str): # what to ask, in one or two sentences
 
 def _with_ask_user(tools:ToolRegistry) -> ToolRegistry:
     "A copy of `tools` with the `ask_user` tool added; the caller's registry is left as it is."
-    reg = copy.copy(tools)
-    reg.tools, reg._schemas = dict(tools.tools), None
-    if hasattr(tools, '_by_alias'): reg._by_alias = dict(tools._by_alias)
+    reg = tools.clone()
     reg.add(ask_user, replace=True)
     return reg
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import asyncio, pydantic_core, collections.abc, contextvars, inspect, itertools, json, os, queue, re, threading, types
+import asyncio, copy, pydantic_core, collections.abc, contextvars, inspect, itertools, json, os, queue, re, threading, types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
@@ -17,8 +17,8 @@ from rapidfuzz import fuzz, process
 from .core import PARAM_SYNONYMS, Observation, ToolCall
 
 # %% auto #0
-__all__ = ['MAX_WORKERS', 'json_schema', 'deref', 'schema_label', 'Tool', 'tool', 'as_tool', 'short_repr', 'suggest_name',
-           'render_output', 'truncate', 'run_sync', 'ToolRegistry', 'ToolError']
+__all__ = ['MAX_WORKERS', 'json_schema', 'deref', 'schema_label', 'norm_name', 'Tool', 'tool', 'as_tool', 'short_repr',
+           'suggest_name', 'render_output', 'truncate', 'LoopThread', 'run_sync', 'ToolRegistry', 'ToolError']
 
 # %% ../nbs/03_tools.ipynb #6ad28347
 _PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
@@ -225,7 +225,7 @@ def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
     return params, schema.get('additionalProperties') is True
 
 # %% ../nbs/03_tools.ipynb #b33eab58
-def _norm(name:str) -> str:
+def norm_name(name:str) -> str:
     "One spelling for a name: camelCase, dashes, spaces and case all become lower snake_case."
     s = re.sub(r'(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])', '_', str(name))
     return re.sub(r'[^a-z0-9]+', '_', s.lower()).strip('_')
@@ -239,8 +239,8 @@ def _aliases(params:list[_Param], extra:dict|None, tool_name:str) -> dict[str, s
         f"Tool {tool_name!r}: synonyms given for {sorted(bad)}, which are not its parameters ({sorted(names)}).")
     table = {}
     for canon, alts in [*PARAM_SYNONYMS.items(), *(extra or {}).items()]:
-        if canon in names: table.update({_norm(a): canon for a in alts if a not in names})
-    return table | {_norm(n): n for n in names}
+        if canon in names: table.update({norm_name(a): canon for a in alts if a not in names})
+    return table | {norm_name(n): n for n in names}
 
 # %% ../nbs/03_tools.ipynb #9841555c
 _NAME_RE = re.compile(r'^[A-Za-z0-9_-]{1,64}$')  # what OpenAI-style function calling accepts
@@ -373,8 +373,8 @@ def suggest_name(name:str, # the name the model used
                  choices:Iterable[str], # the real names
                  cutoff:float=60) -> str|None: # lowest score (0-100) that still counts as a match
     "The real name `name` most likely meant, or None."
-    by_norm = {_norm(c): c for c in choices}
-    n = _norm(str(name)[:_QUOTE_MAX])  # fuzzy matching is slow on long strings; a real name is short
+    by_norm = {norm_name(c): c for c in choices}
+    n = norm_name(str(name)[:_QUOTE_MAX])  # fuzzy matching is slow on long strings; a real name is short
     if n in by_norm: return by_norm[n]
     hit = process.extractOne(n, list(by_norm), scorer=_name_score, score_cutoff=cutoff)
     return by_norm[hit[0]] if hit else None
@@ -463,7 +463,7 @@ def _target(self:Tool, key:str) -> str|None:
     "The parameter `key` stands for: itself, a position `_0`, a synonym or a case variant."
     m = _POSITIONAL.match(key)
     if m: return self.params[int(m[1])].name if int(m[1]) < len(self.params) else None
-    return self._aliases.get(_norm(str(key)[:_QUOTE_MAX]))
+    return self._aliases.get(norm_name(str(key)[:_QUOTE_MAX]))
 
 @patch
 def _unknown_param(self:Tool, key:str, suggest:bool=True) -> str: # suggest: say which parameter it may have meant
@@ -572,7 +572,7 @@ def _work(self:_Workers):
 _workers = _Workers()
 
 # %% ../nbs/03_tools.ipynb #1b31df22
-class _LoopThread:
+class LoopThread:
     "An event loop running forever in a daemon thread."
     def __init__(self, name:str='reach_nb.tools loop'):
         self.loop = asyncio.new_event_loop()
@@ -585,7 +585,7 @@ def run_sync(coro):
     "Run a coroutine to completion from sync code, whether or not this thread has a running event loop."
     global _loop_thread
     with _loop_lock:
-        if _loop_thread is None or not _loop_thread.thread.is_alive(): _loop_thread = _LoopThread()
+        if _loop_thread is None or not _loop_thread.thread.is_alive(): _loop_thread = LoopThread()
     if threading.current_thread() is _loop_thread.thread:  # code already on that loop: blocking it would deadlock
         with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, _loop_thread.loop).result()
@@ -651,10 +651,10 @@ class ToolRegistry:
 # %% ../nbs/03_tools.ipynb #618a36f4
 def _alias_table(tools:dict[str, Tool]) -> dict[str, str]:
     "{normalised alias: tool name}; a ValueError when an alias could mean two tools."
-    names, table = {_norm(n): n for n in tools}, {}
+    names, table = {norm_name(n): n for n in tools}, {}
     for t in tools.values():
         for a in t.aliases:
-            k = _norm(a)
+            k = norm_name(a)
             if names.get(k, t.name) != t.name or table.get(k, t.name) != t.name:
                 other = names.get(k) or table[k]
                 raise ValueError(f"Tool {t.name!r}: alias {a!r} is also the name or an alias of {other!r}.")
@@ -663,14 +663,14 @@ def _alias_table(tools:dict[str, Tool]) -> dict[str, str]:
 
 @patch
 def __getitem__(self:ToolRegistry, name:str) -> Tool:
-    if (t := self._resolve(name)) is None: raise KeyError(self._unknown_text(name))
+    if (t := self.resolve(name)) is None: raise KeyError(self._unknown_text(name))
     return t
 
 @patch
-def _resolve(self:ToolRegistry, name) -> Tool|None:
-    "The tool called `name`, or the one with `name` among its aliases (compared as `_norm` spells them); else None."
+def resolve(self:ToolRegistry, name) -> Tool|None:
+    "The tool called `name`, or the one with `name` among its aliases (compared as `norm_name` spells them); else None."
     if not isinstance(name, str): return None
-    return self.tools.get(name) or self.tools.get(self._by_alias.get(_norm(name[:_QUOTE_MAX]), ''))
+    return self.tools.get(name) or self.tools.get(self._by_alias.get(norm_name(name[:_QUOTE_MAX]), ''))
 
 # %% ../nbs/03_tools.ipynb #77fc70b6
 def _check_free(tools:dict[str, Tool], new:list[Tool]):
@@ -693,6 +693,13 @@ def update(self:ToolRegistry, add:Iterable=(), # functions, `@tool` functions or
     self._by_alias = _alias_table(tools)  # checks that no alias names two tools
     self.tools, self._schemas, self.version = tools, None, self.version + 1
     return new
+
+@patch
+def clone(self:ToolRegistry) -> ToolRegistry:
+    "A registry with the same tools and settings: adding to or taking from it leaves this one as it is."
+    reg = copy.copy(self)
+    reg.tools, reg._by_alias, reg._schemas = dict(self.tools), dict(self._by_alias), None
+    return reg
 
 # %% ../nbs/03_tools.ipynb #033951d1
 @patch
@@ -779,7 +786,7 @@ def _fail(tool:str, kind:str, content:str, call_id, args, max_chars:int|None=Non
 @patch
 def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
     "The tool, its checked arguments and the renamings made, or the error observation the model should see instead."
-    t = self._resolve(name)
+    t = self.resolve(name)
     if t is None:
         near, shown = self.suggest(str(name)) if self.suggestions else None, str(name)[:_QUOTE_MAX]
         text = self._unknown_text(name, near)
@@ -870,7 +877,7 @@ def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a who
                   ) -> tuple[str, dict]|None:
     "The tool name and JSON-valued arguments (defaults filled in) that a call resolves to; None if it does not."
     name, args, _ = _unpack(name, args, None)
-    t = self._resolve(name)
+    t = self.resolve(name)
     if t is None: return None
     try: kw, _, problems = t.prepare_args(_args_dict(args, self.coercion), self.coercion, self.suggestions)
     except ValueError: return None
