@@ -202,7 +202,7 @@ def _mcp_tool(t:Tool, read_only:bool) -> mt.Tool:
 async def _serve_call(registry:ToolRegistry, params:mt.CallToolRequestParams) -> mt.CallToolResult:
     "One `tools/call`: an unknown tool is a protocol error; any other failure an `is_error` result."
     if registry.resolve(params.name) is None:
-        raise MCPError(mt.INVALID_PARAMS, registry._unknown_text(params.name))
+        raise MCPError(mt.INVALID_PARAMS, registry.unknown_text(params.name))
     obs = await registry.acall(params.name, params.arguments or {})
     return mt.CallToolResult(content=[mt.TextContent(type='text', text=obs.content)], is_error=not obs.ok)
 

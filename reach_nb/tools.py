@@ -663,7 +663,7 @@ def _alias_table(tools:dict[str, Tool]) -> dict[str, str]:
 
 @patch
 def __getitem__(self:ToolRegistry, name:str) -> Tool:
-    if (t := self.resolve(name)) is None: raise KeyError(self._unknown_text(name))
+    if (t := self.resolve(name)) is None: raise KeyError(self.unknown_text(name))
     return t
 
 @patch
@@ -710,7 +710,8 @@ def suggest(self:ToolRegistry, name:str) -> str|None:
     return owner[hit] if hit else None
 
 @patch
-def _unknown_text(self:ToolRegistry, name:str, near:str|None=None) -> str:
+def unknown_text(self:ToolRegistry, name:str, near:str|None=None) -> str:
+    "What a model is told when it calls a tool that is not registered: the name, the likeliest meant, the tools."
     near = (near or self.suggest(name)) if self.suggestions else None
     hint = f" Did you mean {near!r}? If so, call it again by that exact name." if near else ''
     return f"Unknown tool {short_repr(name)}.{hint} Available tools: {', '.join(self.names) or 'none'}."
@@ -725,7 +726,7 @@ def schemas(self:ToolRegistry) -> list[dict]:
 @patch
 def remove(self:ToolRegistry, name:str) -> Tool:
     "Take the tool called `name` (its registered name) out of the registry, and return it."
-    if name not in self.tools: raise KeyError(self._unknown_text(name))
+    if name not in self.tools: raise KeyError(self.unknown_text(name))
     t = self.tools[name]
     self.update(remove=[name])
     return t
@@ -789,7 +790,7 @@ def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
     t = self.resolve(name)
     if t is None:
         near, shown = self.suggest(str(name)) if self.suggestions else None, str(name)[:_QUOTE_MAX]
-        text = self._unknown_text(name, near)
+        text = self.unknown_text(name, near)
         return _fail(shown, 'unknown_tool', text, call_id, args, self.max_chars, suggestion=near)
     cap, bad = self._limits(t)[1], f"Bad arguments for {t.name}: "
     try: args = _args_dict(args, self.coercion)
