@@ -1047,6 +1047,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.react._switched': ('react.html#_switched', 'reach_nb/react.py'),
                                 'reach_nb.react._switches': ('react.html#_switches', 'reach_nb/react.py'),
                                 'reach_nb.react._text': ('react.html#_text', 'reach_nb/react.py'),
+                                'reach_nb.react._tool_notes': ('react.html#_tool_notes', 'reach_nb/react.py'),
                                 'reach_nb.react._trailing': ('react.html#_trailing', 'reach_nb/react.py'),
                                 'reach_nb.react._with_ask_user': ('react.html#_with_ask_user', 'reach_nb/react.py'),
                                 'reach_nb.react.ask_user': ('react.html#ask_user', 'reach_nb/react.py'),

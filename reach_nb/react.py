@@ -869,6 +869,11 @@ def _crashed(self:_Loop, e:Exception):
 def _meta(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
 def _switches(agent) -> dict: return {'safeguards_off': off} if (off := _off(agent.safeguards)) else {}
 
+def _tool_notes(tools) -> dict:
+    "What the tools' sources said when they were listed (an MCP server's tools skipped or renamed), for the trace."
+    notes = getattr(getattr(tools, 'mcp', None), 'skipped', None)
+    return {'tool_notes': list(notes)} if notes else {}
+
 @patch
 def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
     "The run as events: its start (and any steps it carries on from), each step's events, its end. Nothing raises."
@@ -876,7 +881,7 @@ def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
     if start:
         yield RunStart(question=self.q, agent=self.a.name, model=getattr(llm, 'name', type(llm).__name__),
                        meta=dict(_meta(llm), mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(),
-                                 head=self.head, **_switches(self.a), **(meta or {})))
+                                 head=self.head, **_switches(self.a), **_tool_notes(self.a.tools), **(meta or {})))
         for s in self.steps: yield StepEnd(step=s)
     try: answer, reason = yield from self._steps()
     except Exception as e: answer, reason = (yield from self._crashed(e)), 'error'

@@ -60,6 +60,17 @@ def test_broken_schemas_skip_those_tools_with_a_note(capfd):
     assert all(f'Note: {n}' in err for n in skipped) and 'Traceback' not in err, err
 
 
+def test_the_trace_says_which_tools_were_skipped():
+    from reach_nb.llm import ScriptedLLM
+    from reach_nb.react import ReActAgent
+    with MCPTools() as hub:
+        hub.add('h', hostile('invalid'))
+        reply = json.dumps({'thought': 'Nothing to look up.', 'answer': 'ok'})
+        for ask_user in (False, True):  # with ask_user the agent works on a copy of the registry
+            run = ReActAgent(ScriptedLLM([reply]), hub.registry, ask_user=ask_user).run('q')
+            assert run.meta['tool_notes'] == hub.skipped and len(run.meta['tool_notes']) == 3
+
+
 def test_broken_schemas_are_one_note_each_in_a_cli_run(tmp_path):
     (tmp_path/'mcp.json').write_text(json.dumps({'mcpServers': {'h': hostile('invalid')}}))
     model = _script(tmp_path/'script.json', {'thought': 'Use it.', 'action': {'tool': 'last', 'args': {'text': 'hi'}}},
