@@ -1579,6 +1579,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'reach_nb.sessions._fits': ('sessions.html#_fits', 'reach_nb/sessions.py'),
                                    'reach_nb.sessions._from_hash': ('sessions.html#_from_hash', 'reach_nb/sessions.py'),
                                    'reach_nb.sessions._is_id': ('sessions.html#_is_id', 'reach_nb/sessions.py'),
+                                   'reach_nb.sessions._not_again': ('sessions.html#_not_again', 'reach_nb/sessions.py'),
                                    'reach_nb.sessions._positions': ('sessions.html#_positions', 'reach_nb/sessions.py'),
                                    'reach_nb.sessions._recorded_reply': ('sessions.html#_recorded_reply', 'reach_nb/sessions.py'),
                                    'reach_nb.sessions._reporting': ('sessions.html#_reporting', 'reach_nb/sessions.py'),

@@ -21,9 +21,10 @@ from .react import known_summary, pending_question
 from .tools import ToolRegistry
 
 # %% auto #0
-__all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'event_json', 'RunInfo',
-           'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog', 'completed_tool_results',
-           'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume', 'resume_session', 'fork', 'fork_run']
+__all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'NOT_AGAIN', 'event_json',
+           'RunInfo', 'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog',
+           'completed_tool_results', 'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume',
+           'resume_session', 'fork', 'fork_run']
 
 # %% ../nbs/07_sessions.ipynb #cfa01af0
 MAX_EVENT_BYTES = 1_000_000  # an event above this is stored cut, never refused
@@ -600,6 +601,20 @@ def _carry_on(store:SessionStore, info:RunInfo, agent, events:list, cached:dict)
     return agent.stream(run.question, head=run.meta.get('head'), steps=run.steps, reply=reply, cached=cached,
                         start=False)
 
+NOT_AGAIN = ("Not run again: {call} had started when the run's process stopped, and this tool changes things outside "
+             "the run, so it may have taken effect. Check whether it did before calling it again.")
+
+def _not_again(events:list, i:int, tools, done:dict) -> dict:
+    "For step `i`'s calls of tools with side effects that started but left no result: a result saying so, not a rerun."
+    calls, out = [e.call for e in _attempt(events, i) if isinstance(e, ToolStart)], {}
+    for k, c in enumerate(calls):
+        t = tools.resolve(c.tool) if isinstance(tools, ToolRegistry) else None
+        if (i, k) in done or t is None or not t.side_effects: continue
+        said = f"{c.tool}({', '.join(f'{a}={v!r}' for a, v in c.args.items())})"[:300]
+        out[(i, k)] = Observation(tool=c.tool, ok=False, error='tool_error', call_id=c.id, args=c.args,
+                                  content=NOT_AGAIN.format(call=said))
+    return out
+
 def resume(store:SessionStore, run_id:str, agent, # the agent the run was made with (same tools and settings)
            on_event:Callable|None=None) -> Run: # called with each new event once it is stored
     "Finish run `run_id` after its process died, in the same stored run; a finished run is returned as it is."
@@ -608,6 +623,7 @@ def resume(store:SessionStore, run_id:str, agent, # the agent the run was made w
     events = store.events(run_id)
     i = sum(isinstance(e, StepEnd) for e in events) + 1  # the step that was cut off
     cached = {k: o for k, o in completed_tool_results(events).items() if k[0] == i}
+    cached |= _not_again(events, i, getattr(agent, 'tools', None), cached)  # a side effect is never done twice
     log = SessionLog(store, run_id, skip=('token',), given=cached)
     for e in log.record(_carry_on(store, info, _reporting(agent, log), events, cached)):
         if on_event is not None: on_event(e)

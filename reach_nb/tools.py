@@ -302,8 +302,10 @@ class Tool:
                  synonyms:dict[str, list[str]]|None=None, # more parameter aliases: {'query': ['terms']}
                  aliases:list[str]|None=None, # other names the tool answers to, e.g. ['FindCases']
                  parameters:dict|None=None, # a JSON Schema of the arguments, used instead of the signature
-                 source:str|None=None): # where the tool lives, e.g. "MCP server 'time'"; shown in the prompt
+                 source:str|None=None, # where the tool lives, e.g. "MCP server 'time'"; shown in the prompt
+                 side_effects:bool=False): # it changes the world (blocks a device, freezes a card): never run twice
         self.fn, self.timeout, self.max_chars, self.source = fn, timeout, max_chars, source
+        self.side_effects = bool(side_effects)
         self.name = _check_name(name or getattr(fn, '__name__', ''))
         self.aliases = _check_aliases(self.name, aliases)
         self.description = description or _first_line(inspect.getdoc(fn))
@@ -339,12 +341,13 @@ def __repr__(self:Tool): return f"Tool({self.example}: {self.description})"
 # %% ../nbs/03_tools.ipynb #178a355b
 def tool(fn:Callable|str|None=None, *, # the function (when used bare as `@tool`), or a name
          name:str|None=None, description:str|None=None, timeout:float|None=None, max_chars:int|None=None,
-         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None, aliases:list[str]|None=None):
+         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None, aliases:list[str]|None=None,
+         side_effects:bool=False):
     "Mark `fn` as an agent tool (see `Tool` for the options); usable as `@tool` or `@tool(timeout=5)`."
     if isinstance(fn, str): fn, name = None, fn
     def mark(f):
         f.tool = Tool(f, name=name, description=description, timeout=timeout, max_chars=max_chars, examples=examples,
-                      synonyms=synonyms, aliases=aliases)
+                      synonyms=synonyms, aliases=aliases, side_effects=side_effects)
         return f
     return mark(fn) if fn is not None else mark
 

@@ -26,7 +26,7 @@ from reach_nb.core import ToolCall
 from reach_nb.llm import FunctionLLM, LLMResponse
 from reach_nb.react import ReActAgent
 from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, record, resume
-from reach_nb.tools import ToolRegistry
+from reach_nb.tools import ToolRegistry, tool
 
 PLAN = [['a'], ['b', 'c'], ['d']]  # the calls of steps 1-3; step 4 answers
 
@@ -37,6 +37,8 @@ def answer_from(messages) -> str:
 
 def make_agent(ledger, calls, mode='json'):
     "The agent: `note` appends to `ledger` per execution; the model appends to `calls` per call."
+    side_effects = mode.endswith('+side-effects')  # note declared as a tool that must never run twice
+    mode = mode.removesuffix('+side-effects')
     def note(x:str): # what to note
         "Note x down."
         with open(ledger, 'a') as f: f.write(x + '\n')
@@ -50,7 +52,8 @@ def make_agent(ledger, calls, mode='json'):
         actions = [{'tool': 'note', 'args': {'x': x}} for x in PLAN[k]]
         return json.dumps({'thought': f'Step {k + 1}.', 'actions': actions})
     # one call at a time, so a kill between the two results of step 2 finds the second call not yet run
-    return ReActAgent(FunctionLLM(model, name='resume-script'), ToolRegistry([note], max_parallel=1), mode=mode)
+    tools = ToolRegistry([tool(note, side_effects=True) if side_effects else note], max_parallel=1)
+    return ReActAgent(FunctionLLM(model, name='resume-script'), tools, mode=mode)
 
 def open_where(where:str):
     if where.startswith('redis://'):
@@ -170,6 +173,20 @@ def test_sqlite_kill_and_resume(point, agent_module, baseline, tmp_path):
     if point == 'after the first of two tool_ends':
         assert before == ['a', 'b']  # the second call of step 2 had not run; b was not run again
     if point == 'after model_output, before its tools run': assert before == ['a']
+
+
+def test_a_side_effect_that_started_is_not_run_again(agent_module, tmp_path):
+    "Killed after b's tool_start: b may have taken effect, so the resume tells the model so instead of running it."
+    where, mode = str(tmp_path/'sessions.sqlite'), 'json+side-effects'
+    run_id = kill_child(agent_module, where, tmp_path, 'tool_start', 2, mode=mode)
+    with SQLiteSessionStore(where) as store:
+        run = resume(store, run_id, agent_module.make_agent(tmp_path/'ledger', tmp_path/'calls', mode))
+        stored = store.run(run_id)
+    assert lines(tmp_path/'ledger') == ['a', 'c', 'd']  # b never ran twice (here: its first run was cut off)
+    told = stored.steps[1].observations[0]
+    assert (told.ok, told.content.split(':')[0], told.args) == (False, 'Not run again', {'x': 'b'})
+    assert "note(x='b') had started" in told.content
+    assert (run.stop_reason, run.answer, stored.status) == ('answer', 'Noted: a, c, d.', 'finished')
 
 
 def test_kill_after_first_tool_end_leaves_it_stored_before_the_step_ends(agent_module, tmp_path):
