@@ -31,9 +31,10 @@ def _apt_install(pkg:str):
 
 
 def ensure_chromium() -> Path:
-    "Debian's Chromium at /usr/bin/chromium, installing the `chromium` package first if it is missing."
+    "Debian's Chromium at /usr/bin/chromium, installing `chromium` (and a CJK font, `fonts-noto-cjk`) if missing."
     if not CHROMIUM.exists(): _apt_install('chromium')
     if not CHROMIUM.exists(): raise RuntimeError(f'`apt-get install chromium` ran but {CHROMIUM} is still missing.')
+    if not _run(['fc-list', ':lang=zh'], timeout=60).stdout.strip(): _apt_install('fonts-noto-cjk')  # 充值, not boxes
     version = _run([str(CHROMIUM), '--version'], timeout=60).stdout.strip()
     if not (version.startswith('Chromium') and 'Debian' in version): raise RuntimeError(f'{CHROMIUM} is not Debian\'s Chromium: `--version` printed {version!r}.')
     return CHROMIUM
