@@ -104,7 +104,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'reach_nb.cli._stored_run': ('cli.html#_stored_run', 'reach_nb/cli.py'),
                               'reach_nb.cli._stored_runs': ('cli.html#_stored_runs', 'reach_nb/cli.py'),
                               'reach_nb.cli._trace': ('cli.html#_trace', 'reach_nb/cli.py'),
-                              'reach_nb.cli._trace_dirs': ('cli.html#_trace_dirs', 'reach_nb/cli.py'),
+                              'reach_nb.cli._trace_dir': ('cli.html#_trace_dir', 'reach_nb/cli.py'),
                               'reach_nb.cli._trace_runs': ('cli.html#_trace_runs', 'reach_nb/cli.py'),
                               'reach_nb.cli._usage_line': ('cli.html#_usage_line', 'reach_nb/cli.py'),
                               'reach_nb.cli._wire_option': ('cli.html#_wire_option', 'reach_nb/cli.py'),

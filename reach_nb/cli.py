@@ -470,9 +470,9 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)
 
 # %% ../nbs/93_cli.ipynb #6369504f
-def _trace_dirs(s:Settings) -> list[Path]:
-    "The trace folders: `trace_dir`, from the project (the nearest settings.ini's folder) or the working folder."
-    return [resolve_path(s.trace_dir)]
+def _trace_dir(s:Settings) -> Path:
+    "The trace folder: `trace_dir`, from the project (the nearest settings.ini's folder) or the working folder."
+    return resolve_path(s.trace_dir)
 
 def _stored_runs():
     "(created, id, session, the run) of every run in the session store, if there is one; the run loads when called."
@@ -492,8 +492,8 @@ def _trace(path:Path) -> Run:
         return Run.load(path)
 
 def _trace_runs(s:Settings):
-    "(modified, file name, '-', the run) of every trace file in the trace folders."
-    files = [f for d in _trace_dirs(s) if d.is_dir() for f in d.glob('*.jsonl') if f.is_file()]
+    "(modified, file name, '-', the run) of every trace file in the trace folder."
+    files = [f for f in _trace_dir(s).glob('*.jsonl') if f.is_file()]
     return [(f.stat().st_mtime, f.name, '-', lambda f=f: _trace(f)) for f in files]
 
 # %% ../nbs/93_cli.ipynb #ab21c082
@@ -535,7 +535,7 @@ def _found_run(ref:str, s:Settings) -> Run:
     if ref.strip() and len(ref) <= 200 and ref.isprintable() and default_store_path().exists():
         with _store() as store:
             if store.info(ref) is not None: return store.run(ref)
-    for p in [*(d/ref for d in _trace_dirs(s)), Path(ref)]:
+    for p in (_trace_dir(s)/ref, Path(ref)):
         if p.is_file():
             try: return _trace(p)
             except (ValueError, OSError) as e:
