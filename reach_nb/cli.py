@@ -308,7 +308,8 @@ _MODEL_HELP = "Model name or spec ('openai:NAME', 'sim-analyst', 'replay:PATH', 
 _CONTEXT_HELP = "How prompts are built from the steps: full (default), window, window:K, layered or layered:K."
 _AGENT_HELP = 'The agent: react (default), plan-execute, rewoo, dag, router, pipeline or chat.'
 _PIPELINE_HELP = 'With --agent pipeline: its YAML file (default the think -> act -> observe example).'
-_TAKES = {'react': {'--native', '--dialect', '--session', '--max-steps', '--context'}, 'plan-execute': {'--context'}}
+_TAKES = {'react': {'--native', '--dialect', '--max-steps', '--context'}, 'plan-execute': {'--context'}}
+_EVERY = {'--session'}  # options every agent takes
 
 def _for_agent(agent:str, # the --agent option
                pipeline:Path|None, # the --pipeline option
@@ -319,7 +320,7 @@ def _for_agent(agent:str, # the --agent option
                                             f"use one of {', '.join(AGENTS)}")
     if pipeline is not None and agent != 'pipeline':
         raise UserError('--pipeline without --agent pipeline', 'option --pipeline', 'add --agent pipeline, or drop it')
-    if bad := [o for o, v in given.items() if v not in (None, False) and o not in _TAKES.get(agent, set())]:
+    if bad := [o for o, v in given.items() if v not in (None, False) and o not in _TAKES.get(agent, set()) | _EVERY]:
         who = 'ReAct' + (' and plan-execute' if bad[0] == '--context' else '')
         raise UserError(f"{bad[0]} with --agent {agent}", f"option {bad[0]}", f"it is for {who}: drop it")
     if pipeline is not None:
@@ -357,11 +358,18 @@ def _workspace(s:Settings, session_id:str|None) -> Path|None:
     name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
     return resolve_path(s.trace_dir)/'workspaces'/f'{name}.sqlite'
 
-def _converse(agent, q:str, session_id:str, tf:_TraceFile|None) -> Run|None:
-    "Ask `q` as the next turn of conversation `session_id` in the session store, printing the run as it goes."
+def _converse(agent, q:str, session_id:str, tf:_TraceFile|None, labels:dict) -> Run|None:
+    "Ask `q` in session `session_id` of the session store, printing the run as it goes; ReAct as the next turn."
     from reach_nb.memory import Session
+    from reach_nb.sessions import record
     with _store() as store:
+        if labels['architecture'] != 'react':  # stored, resumable; only ReAct carries the conversation on yet
+            return print_events(lambda show: record(store, agent, q, session_id, meta=labels, on_event=show), trace=tf)
         return print_events(lambda show: Session(agent, session_id, store).ask(q, on_event=show), trace=tf)
+
+def _labels(agent:str, pipeline:Path|None) -> dict:
+    "What a stored run records of how it was made, so that `reach resume` can make the same agent again."
+    return {'architecture': agent, **({'pipeline_file': str(pipeline.absolute())} if pipeline else {})}
 
 # %% ../nbs/93_cli.ipynb #6f21a0cf
 def _with_mcp(agent, config:Path|None):
@@ -400,7 +408,7 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
     with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, store=_workspace(s, sid),
                     **_agent_kw(agent, s, kw)) as a:
         servers = _with_mcp(a, mcp)
-        try: run = _converse(a, q, sid, tf) if sid else print_run(a.stream(q), trace=tf)
+        try: run = _converse(a, q, sid, tf, _labels(agent, pipeline)) if sid else print_run(a.stream(q), trace=tf)
         finally:
             if servers is not None: servers.close()
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)
@@ -429,11 +437,18 @@ def _stored(store, run_id:str) -> Run:
     return store.run(run_id)
 
 def _stored_options(meta:dict) -> dict:
-    "The agent options a stored run was made with: its mode, context policy and dialect."
+    "The agent options a stored ReAct run was made with: its mode, context policy and dialect."
     from reach_nb.react import DIALECTS
     kw = {'mode': meta.get('mode', 'json'), 'context': meta.get('context')}
     if kw['mode'] == 'json' and meta.get('dialect') in DIALECTS: kw['dialect'] = meta['dialect']
     return kw
+
+def _stored_agent(meta:dict, s:Settings) -> dict:
+    "How to make again the agent a stored run was made with: `risk_agent`'s arguments (architecture, pipeline, options)."
+    agent = meta.get('architecture', 'react')
+    pipeline = Path(meta['pipeline_file']) if agent == 'pipeline' and meta.get('pipeline_file') else None
+    kw = _agent_kw(agent, s, _stored_options(meta) if agent == 'react' else {'context': meta.get('context')})
+    return {'agent': agent, 'pipeline': pipeline, **kw}
 
 def _stored_model(meta:dict, model:str|None, base_url:str|None) -> tuple[str|None, str|None]:
     "The model spec and endpoint to resume with: those given, else those the run was made with (if it says)."
@@ -464,8 +479,8 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
         spec, base_url = _stored_model(stored.meta, model, base_url)
         s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
         llm, tf = _model(spec, s), _TraceFile(trace) if trace else None
-        with risk_agent(llm, _dataset(), max_steps=s.max_steps, max_corrections=s.max_corrections,
-                        store=_workspace(s, stored.meta.get('session_id')), **_stored_options(stored.meta)) as agent:
+        with risk_agent(llm, _dataset(), store=_workspace(s, stored.meta.get('session_id')),
+                        **_stored_agent(stored.meta, s)) as agent:
             run = _resumed(store, stored, run_id, agent, tf)
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)
 

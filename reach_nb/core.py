@@ -12,10 +12,10 @@ from pydantic import BaseModel, Field, SkipValidation, TypeAdapter
 
 # %% auto #0
 __all__ = ['ErrorKind', 'PARAM_SYNONYMS', 'SafeguardKind', 'ParseLevel', 'Messages', 'StopReason', 'Event', 'Extra',
-           'MAX_TRACE_DEPTH', 'Usage', 'ToolCall', 'Observation', 'Safeguard', 'Step', 'RunStart', 'StepStart',
-           'TokenDelta', 'ModelOutput', 'SafeguardFired', 'ToolStart', 'ToolEnd', 'StepEnd', 'PlanTask', 'PlanMade',
-           'TaskStart', 'TaskEnd', 'Routed', 'StageOutput', 'RunEnd', 'event_from_json', 'Run', 'valid_text',
-           'one_line', 'json_lines', 'TraceWriter', 'write_trace', 'UserError', 'read_trace']
+           'EXTRA_EVENTS', 'MAX_TRACE_DEPTH', 'Usage', 'ToolCall', 'Observation', 'Safeguard', 'Step', 'RunStart',
+           'StepStart', 'TokenDelta', 'ModelOutput', 'SafeguardFired', 'ToolStart', 'ToolEnd', 'StepEnd', 'PlanTask',
+           'PlanMade', 'TaskStart', 'TaskEnd', 'Routed', 'StageOutput', 'RunEnd', 'event_from_json', 'Run',
+           'valid_text', 'one_line', 'json_lines', 'TraceWriter', 'write_trace', 'UserError', 'read_trace']
 
 # %% ../nbs/00_core.ipynb #49dccb68
 class Usage(BaseModel):
@@ -185,6 +185,7 @@ class ToolEnd(BaseModel):
     type: Literal['tool_end'] = 'tool_end'
     index: int
     observation: Observation
+    call: ToolCall | None = None  # the call it answers, so a result read back needs no pairing (older traces: None)
 
 class StepEnd(BaseModel):
     "A step is complete; carries the whole step."
@@ -257,7 +258,7 @@ class RunEnd(BaseModel):
 Event = Annotated[Union[RunStart, StepStart, TokenDelta, ModelOutput, SafeguardFired, ToolStart, ToolEnd,
                         StepEnd, RunEnd, PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
 Extra = Annotated[Union[PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
-_EXTRA = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)
+_EXTRA = EXTRA_EVENTS = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)  # the events a `Run` keeps in `extra`
 _event_adapter = TypeAdapter(Event)
 
 def event_from_json(line:str|bytes|dict):

@@ -13,8 +13,8 @@ from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, text_chunks
 from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, check_plan, closing_step, end_blocked
-from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, unanswered, work_step
-from .react import error_text, default_registry, call_usage
+from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
+from .kernel import call_usage, default_registry, llm_error_safeguards, retried_note
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -173,7 +173,8 @@ class _DagRun:
     def ask(self, sent:list[dict], expected:str, check:Callable):
         "`ask_json` with the agent's settings at the next step index; returns the object, or None."
         value, steps = yield from ask_json(self.a.llm, sent, self.next, expected, check=check,
-                                           max_corrections=self.a.max_corrections, temperature=self.a.temperature)
+                                           max_corrections=self.a.max_corrections, temperature=self.a.temperature,
+                                           stream=self.a.stream_tokens)
         self.add(*steps)
         return value
 
@@ -310,12 +311,14 @@ class _Live:
     def __init__(self, tools:ToolRegistry, index:int, max_parallel:int, q:queue.Queue, t0:float):
         self.tools, self.index, self.max, self.q, self.t0 = tools, index, max_parallel, q, t0
         self.sched, self.tasks, self.obs, self.running, self.group = Schedule([]), [], {}, {}, 0
+        self.calls = {}  # each task's call as made, by task id
         self.pool = ThreadPoolExecutor(max_parallel)
 
     def add(self, tasks:list[PlanTask]): self.tasks += tasks; self.sched.todo += tasks
     def busy(self) -> bool: return bool(self.running or self.sched.todo)
     def at(self) -> float: return round(time.perf_counter() - self.t0, 4)
-    def step(self) -> Step: return work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs)
+    def step(self) -> Step:
+        return work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs, self.calls)
 
     def finish(self, t:PlanTask, f) -> Iterator:
         "Record a task that finished."
@@ -323,6 +326,7 @@ class _Live:
         self.obs[t.id] = o = f.result()
         self.sched.done(t, o)
         yield TaskEnd(task=t.id, index=self.index, ok=o.ok, result=o.content, at=self.at())
+        if (c := self.calls.get(t.id)) is not None: yield ToolEnd(index=self.index, observation=o, call=c)
 
 # %% ../nbs/13_dag.ipynb #0b9b8c9b
 @patch
@@ -334,7 +338,9 @@ def start(self:_Live) -> Iterator:
     for t in new:
         yield TaskStart(task=t.id, index=self.index, group=self.group, at=self.at())
         self.running[t.id] = t
-        f = self.pool.submit(run_task, t, self.tools, dict(self.sched.ok), None)
+        if (c := self.calls.setdefault(t.id, task_call(t, self.sched.ok))) is not None:
+            yield ToolStart(index=self.index, call=c)
+        f = self.pool.submit(run_task, t, self.tools, dict(self.sched.ok), None, c)
         f.add_done_callback(lambda f, t=t: self.q.put(('task', (t, f))))
 
 # %% ../nbs/13_dag.ipynb #04c64cf7
@@ -344,10 +350,11 @@ def _planner_step(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, end, vers
     step = Step(index=i, prompt=list(sent), parse_level=pl.level, repairs=list(pl.repairs), raw='\n'.join(pl.seen))
     if isinstance(end, LLMResponse):
         step.raw, step.reasoning, step.usage = end.content or '', end.reasoning or None, call_usage(end)
+        if end.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(end.retries, end.malformed_retries)))
         yield ModelOutput(index=i, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
     else:
         failed = end or ValueError('the stream ended early')
-        step.safeguards.append(Safeguard(kind='llm_error', detail=error_text(failed)))
+        step.safeguards += llm_error_safeguards(failed)
     step.safeguards += pl.safeguards
     if not pl.tasks and step.usage.llm_calls:
         why = 'No line of it was a task that can run' + (f" ({pl.safeguards[0].detail})" if pl.safeguards else '.')

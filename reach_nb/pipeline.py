@@ -15,8 +15,9 @@ from .config import check_yaml, read_capped
 from .parse import split_reasoning
 from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
-from .react import PROTOCOL, Decision, decide, known_summary
-from .react import call_usage, default_registry, llm_error_safeguards, retried_note
+from .react import PROTOCOL, Decision, decide
+from .kernel import known_summary
+from .kernel import default_registry, model_call, run_frame
 from .plan import ask_json, run_plan
 
 # %% auto #0
@@ -275,16 +276,14 @@ def stage_messages(pipeline:Pipeline, stage:Stage, tools:ToolRegistry, # the pip
 def text_step(llm:ChatModel, # the model
               sent:list[dict], # the prompt
               index:int, # the step's index
-              temperature:float|None=None) -> Iterator:
+              temperature:float|None=None,
+              stream:bool=False) -> Iterator: # stream the reply as `TokenDelta` events
     "One model call for plain text, as a step's events but its `StepEnd`; returns (step, the text or None)."
     yield StepStart(index=index)
     step, text = Step(index=index, prompt=list(sent)), None
-    try: r = llm.chat(sent, temperature=temperature)
-    except Exception as e: step.safeguards += llm_error_safeguards(e)
-    else:
-        thought, text = split_reasoning(r.content or '')
-        step.raw, step.usage, step.reasoning = r.content or '', call_usage(r), r.reasoning or thought
-        if r.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(r.retries)))
+    if (yield from model_call(llm, sent, step, stream, temperature=temperature)) is not None:
+        thought, text = split_reasoning(step.raw)
+        step.reasoning = step.reasoning or thought
         yield ModelOutput(index=index, raw=step.raw, parse_level='strict')
         step.messages.append({'role': 'assistant', 'content': step.raw})
     for g in step.safeguards: yield SafeguardFired(index=index, safeguard=g)
@@ -322,10 +321,11 @@ class PipelineAgent:
 
     channels = staticmethod(channels)
     def run(self, question:str) -> Run: return Run.from_events(self.stream(question))
-    def stream(self, question:str) -> Iterator:
+    stream_tokens:bool = False  # stream each model reply as `TokenDelta` events (set it on an agent to turn it on)
+    def stream(self, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
         "Run, yielding events as they happen; nothing a model or a tool does raises out of it."
         if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-        return _Run(self, question).events()
+        return _Run(self, question).events(meta)
 
 # %% ../nbs/15_pipeline.ipynb #b7770d16
 MAX_FLOW_CHARS = 4000  # characters of one stage output passed on (in {flow} and {history}, and on a channel)
@@ -409,10 +409,11 @@ def _ask(self:_Run, stage:Stage) -> Iterator:
     sent, i, llm = stage_messages(self.p, stage, self.a.tools, **self._values()), self.index + 1, self.a.llm
     if wants_json(stage):
         asked = ask_json(llm, sent, i, stage_format(stage), check=_check_of(stage),
-                         max_corrections=self.a.max_corrections, temperature=stage.temperature)
+                         max_corrections=self.a.max_corrections, temperature=stage.temperature,
+                         stream=self.a.stream_tokens)
         value, steps = yield from _tagged(asked, stage.name)
     else:
-        step, value = yield from text_step(llm, sent, i, stage.temperature)
+        step, value = yield from text_step(llm, sent, i, stage.temperature, self.a.stream_tokens)
         step.task, steps = stage.name, [step]
     self.steps += steps
     return value, steps[-1]
@@ -551,8 +552,6 @@ def _all(self:_Run) -> Iterator:
     if self.reason in (None, 'max_steps'): yield from self._band('after')
 
 # %% ../nbs/15_pipeline.ipynb #8f087cce
-def _meta(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
-
 @patch
 def _crashed(self:_Run, e:Exception) -> Iterator:
     "An exception in the orchestrator: a step records it as `internal_error`, and the run stops."
@@ -565,14 +564,16 @@ def _crashed(self:_Run, e:Exception) -> Iterator:
     self._stop('error')
 
 @patch
-def events(self:_Run) -> Iterator:
-    "The run as events: its start, each stage's steps and outputs, its end. Nothing raises out of it."
-    llm, p = self.a.llm, self.p
-    yield RunStart(question=self.q, agent=self.a.name, model=getattr(llm, 'name', type(llm).__name__),
-                   meta=dict(_meta(llm), architecture='pipeline', pipeline=p.name, max_iterations=p.max_iterations,
-                             stages=[f"{s.when}:{s.name}" for s in p.stages]))
+def events(self:_Run, labels:dict|None=None) -> Iterator: # labels: more for `RunStart.meta`
+    "The run as events, in the kernel's run frame: its start, each stage's steps and outputs, its end."
+    p = self.p
+    mine = dict(architecture='pipeline', pipeline=p.name, max_iterations=p.max_iterations,
+                stages=[f"{s.when}:{s.name}" for s in p.stages])
+    return run_frame(self.a, self.q, mine, self._body(), 'in the pipeline', labels, t0=self.start)
+
+@patch
+def _body(self:_Run) -> Iterator:
+    "The stages as they run; an exception in the orchestrator ends the run on the error channel."
     try: yield from self._all()
     except Exception as e: yield from self._crashed(e)
-    usage = sum((s.usage for s in self.steps), Usage())
-    usage.wall_time = time.perf_counter() - self.start
-    yield RunEnd(answer=self.answer, stop_reason=self.reason or 'answer', usage=usage, meta=_meta(llm))
+    return self.answer, self.reason or 'answer'

@@ -11,27 +11,14 @@ from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
-from .react import known_summary
+from .kernel import crash_safeguard, known_summary, model_call, run_frame
 
 # %% auto #0
-__all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve', 'run_task',
-           'Schedule', 'end_blocked', 'run_plan', 'work_step', 'unanswered', 'crash_safeguard', 'closing_step',
-           'run_events', 'PlanningAgent']
+__all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve', 'task_call',
+           'run_task', 'Schedule', 'end_blocked', 'run_plan', 'work_step', 'unanswered', 'closing_step', 'run_events',
+           'PlanningAgent']
 
 # %% ../nbs/10_plan.ipynb #465a4c9a
-def _model_step(llm:ChatModel, sent:list[dict], index:int, temperature:float|None, json_mode:bool=True) -> Step:
-    "One model call as a step: what it was sent, what it said and used; or an `llm_error` safeguard."
-    step = Step(index=index, prompt=list(sent))
-    try: r = llm.chat(sent, json_mode=json_mode, temperature=temperature)
-    except Exception as e:
-        step.safeguards.append(Safeguard(kind='llm_error', detail=f"{type(e).__name__}: {str(e)[:500]}"))
-        return step
-    step.raw, step.reasoning = r.content or '', r.reasoning or None
-    step.usage = Usage(llm_calls=1, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-                       estimated_calls=int(r.usage_estimated), reasoning_tokens=r.reasoning_tokens)
-    if r.retries: step.safeguards.append(Safeguard(kind='retry', detail=f"The call was retried {r.retries} times."))
-    return step
-
 def _read(step:Step, schema:dict|None, check:Callable|None) -> tuple[Any, str|None]:
     "The object in a step's reply, or None and what is wrong with it."
     res = parse_json(step.raw, schema)
@@ -56,11 +43,13 @@ def json_step(llm:ChatModel, sent:list[dict], index:int, expected:str, schema:di
               check:Callable|None=None, temperature:float|None=None,
               read:Callable|None=None, # step -> the value, read instead of a JSON object; a ValueError if unusable
               fix:Callable|None=None, # (reply, problem) -> the correction, instead of one quoting `expected`
-              json_mode:bool=True) -> Iterator: # ask the backend for a JSON object
+              json_mode:bool=True, # ask the backend for a JSON object
+              stream:bool=False) -> Iterator: # stream the reply as `TokenDelta` events
     "One model call for a JSON object (or what `read` reads), as a step's events; returns (step, the value or None)."
     yield StepStart(index=index)
-    step, value = _model_step(llm, sent, index, temperature, json_mode), None
-    if step.usage.llm_calls:
+    step, value = Step(index=index, prompt=list(sent)), None
+    resp = yield from model_call(llm, sent, step, stream, json_mode=json_mode, temperature=temperature)
+    if resp is not None:
         value, problem = _read_with(step, read) if read else _read(step, schema, check)
         yield ModelOutput(index=index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
         step.messages.append({'role': 'assistant', 'content': step.raw})
@@ -84,12 +73,13 @@ def ask_json(llm:ChatModel, # the model
              temperature:float|None=None,
              read:Callable|None=None, # a reader for replies that are not JSON objects (see `json_step`)
              fix:Callable|None=None, # (reply, problem) -> the correction message
-             json_mode:bool=True) -> Iterator: # ask the backend for a JSON object
+             json_mode:bool=True, # ask the backend for a JSON object
+             stream:bool=False) -> Iterator: # stream each reply as `TokenDelta` events
     "Ask for a JSON object, with correction rounds; yields the steps' events, returns (object or None, steps)."
     steps, sent = [], list(messages)
     for _ in range(max_corrections + 1):
         step, value = yield from json_step(llm, sent, index + len(steps), expected, schema, check, temperature,
-                                           read, fix, json_mode)
+                                           read, fix, json_mode, stream)
         steps.append(step)
         if value is not None or not step.usage.llm_calls: return value, steps
         sent = sent + step.messages
@@ -184,9 +174,14 @@ def resolve(args, results:dict[str, str], cap:int=2000):
 def _call_of(t:PlanTask, results:dict) -> ToolCall:
     return ToolCall(tool=t.call.tool, args=resolve(t.call.args, results), id=t.id)
 
-def run_task(t:PlanTask, tools:ToolRegistry, results:dict, execute:Callable|None) -> Observation:
+def task_call(t:PlanTask, results:dict) -> ToolCall|None:
+    "The call task `t` makes, its arguments filled in with the results it needs; None for a task without a call."
+    return None if t.call is None else _call_of(t, results)
+
+def run_task(t:PlanTask, tools:ToolRegistry, results:dict, execute:Callable|None,
+             call:ToolCall|None=None) -> Observation: # the task's call as `task_call` made it (made here if None)
     "Run one task: its tool call through the registry, or `execute(task, results)` for a task without one."
-    if t.call is not None: return tools.call(_call_of(t, results))
+    if t.call is not None: return tools.call(call or _call_of(t, results))
     if execute is None:
         return Observation(tool='(none)', content=f"Task {t.id} has no tool call and nothing can run it.", ok=False,
                            error='bad_args')
@@ -245,7 +240,7 @@ def run_plan(tasks:list[PlanTask], # the plan
              t0:float|None=None) -> Iterator: # the run's start (`time.perf_counter()`), for the timeline
     "Run a plan's tasks as their inputs appear; yields task events, returns the `Step` that records them."
     t0, sched, step = t0 or time.perf_counter(), Schedule(tasks), Step(index=index, parse_level='native')
-    obs, group, running = {}, 0, {}
+    obs, group, running, calls = {}, 0, {}, {}
     now = lambda: round(time.perf_counter() - t0, 4)
     with ThreadPoolExecutor(max(1, max_parallel)) as pool:
         while sched.todo or running:
@@ -254,20 +249,23 @@ def run_plan(tasks:list[PlanTask], # the plan
             if new: group += 1
             for t in new:
                 yield TaskStart(task=t.id, index=index, group=group, at=now())
-                running[pool.submit(run_task, t, tools, dict(sched.ok), execute)] = t
+                if (c := calls.setdefault(t.id, task_call(t, sched.ok))) is not None: yield ToolStart(index=index, call=c)
+                running[pool.submit(run_task, t, tools, dict(sched.ok), execute, c)] = t
             if not running: break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in done:
                 t = running.pop(f)
-                obs[t.id] = f.result(); sched.done(t, obs[t.id])
-                yield TaskEnd(task=t.id, index=index, ok=obs[t.id].ok, result=obs[t.id].content, at=now())
-    return work_step(step, tasks, obs)
+                obs[t.id] = o = f.result(); sched.done(t, o)
+                yield TaskEnd(task=t.id, index=index, ok=o.ok, result=o.content, at=now())
+                if calls[t.id] is not None: yield ToolEnd(index=index, observation=o, call=calls[t.id])
+    return work_step(step, tasks, obs, calls)
 
 # %% ../nbs/10_plan.ipynb #7ffd33bd
-def work_step(step:Step, tasks:list[PlanTask], obs:dict) -> Step:
+def work_step(step:Step, tasks:list[PlanTask], obs:dict,
+              calls:dict|None=None) -> Step: # the calls as they were made (arguments filled in), by task id
     "The step that records a plan's work: each task's call (or goal) and observation, in plan order."
-    ran = [t for t in tasks if t.id in obs]
-    step.actions = [t.call.model_copy(update={'id': t.id}) if t.call else
+    ran, made = [t for t in tasks if t.id in obs], calls or {}
+    step.actions = [made.get(t.id) or t.call.model_copy(update={'id': t.id}) if t.call else
                     ToolCall(tool='(agent)', args={'goal': t.goal}, id=t.id) for t in ran]
     step.observations = [obs[t.id] for t in ran]
     step.usage.tool_calls = sum(1 for t in ran if t.call and not obs[t.id].content.startswith('Not run:'))
@@ -280,14 +278,6 @@ def unanswered(steps:list[Step]) -> tuple[str, str]:
     "The end of a run whose last model step gave nothing usable: what the tools found, and why it stopped."
     kinds = {g.kind for g in steps[-1].safeguards} if steps else set()
     return known_summary(steps), 'llm_error' if 'llm_error' in kinds else 'parse_failures'
-
-def crash_safeguard(e:BaseException, # an exception nothing caught
-                    where:str='') -> Safeguard: # where it happened, e.g. 'in the DAG agent'
-    "An exception as an `internal_error` safeguard: its type, the start of its message, and where it happened."
-    try: msg = str(e)
-    except Exception: msg = ''
-    what = f"{type(e).__name__}: {msg[:500]}" if msg else type(e).__name__
-    return Safeguard(kind='internal_error', detail=f"{what} ({where})" if where else what)
 
 def closing_step(steps:list[Step], # the run's steps so far; the new step is added to them
                  g:Safeguard, # why the run ends here
@@ -303,33 +293,27 @@ def closing_step(steps:list[Step], # the run's steps so far; the new step is add
     return answer
 
 # %% ../nbs/10_plan.ipynb #d3361cec
-def run_events(run, # one run: its agent `a` (with `llm` and `name`), question `q`, `steps`, start time `t0`
+def run_events(run, # one run: its agent `a` (with `llm` and `name`), question `q`, start time `t0`, `labels`
                meta:dict, # what the start records besides the model's labels: the architecture, settings
                body:Iterator, # the run's steps as events; returns (answer, stop reason)
                where:str='', # where an exception out of `body` is said to have happened
                parse_level:str='failed', # the parse level of the step that records such an exception
                keep_answer:bool=False) -> Iterator: # that step keeps the answer too
-    "A run as events: its start, `body`'s events, its end; an exception out of `body` ends it with 'error'."
-    llm = run.a.llm
-    labels = dict(getattr(llm, 'meta', {}) or {})
-    yield RunStart(question=run.q, agent=run.a.name, model=getattr(llm, 'name', type(llm).__name__),
-                   meta={**labels, **meta})
-    try: answer, reason = yield from body
-    except Exception as e:
-        g = crash_safeguard(e, where)
-        answer, reason = (yield from closing_step(run.steps, g, parse_level, keep_answer)), 'error'
-    usage = sum((s.usage for s in run.steps), Usage())
-    usage.wall_time = time.perf_counter() - run.t0
-    yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=labels)
+    "A planning run as events, in the kernel's `run_frame`: its start, `body`'s events, its end."
+    return run_frame(run.a, run.q, meta, body, where, getattr(run, 'labels', None), level=parse_level,
+                     keep_answer=keep_answer, t0=run.t0)
 
 # %% ../nbs/10_plan.ipynb #ec32d8d9
 class PlanningAgent:
     "What the planning agents share: `stream` yields a run's events as they happen, `run` returns the `Run`."
     runner:type = None  # the class of one run: `runner(agent, question).events()`
-    def stream(self, question:str) -> Iterator:
+    stream_tokens:bool = False  # stream each model reply as `TokenDelta` events (set it on an agent to turn it on)
+    def stream(self, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
         "Run on `question`, yielding events as they happen; nothing a model or a tool does raises out of it."
         if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-        return self.runner(self, question).events()
+        run = self.runner(self, question)
+        run.labels = meta
+        return run.events()
     def run(self, question:str) -> Run:
         "Run to the end and return the `Run`."
         return Run.from_events(self.stream(question))

@@ -12,7 +12,8 @@ from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .context import get_policy, prompt_for
 from .plan import PlanningAgent, ask_json, read_plan, reader_check, resolve, run_events, run_plan, unanswered
-from .react import ReActAgent, default_registry
+from .kernel import default_registry
+from .react import ReActAgent
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'REPLANNER_FORMAT', 'SOLVER_FORMAT', 'PLANNER_SYSTEM', 'REPLANNER_SYSTEM', 'DECISIONS',
@@ -169,7 +170,7 @@ class _Execution:
 def _ask(self:_Execution, messages:list[dict], expected:str, check) -> Iterator:
     "A model call for JSON, with correction rounds; its steps join the run. Returns the object, or None."
     value, steps = yield from ask_json(self.a.llm, messages, self.next, expected, check=check,
-                                       max_corrections=self.a.max_corrections)
+                                       max_corrections=self.a.max_corrections, stream=self.a.stream_tokens)
     self.steps += steps
     return value
 
@@ -235,7 +236,7 @@ def _delegate(self:_Execution, t:PlanTask) -> Iterator:
     a, first = self.a, self.next
     told = executor_background(self.q, self.done, a.result_chars, a.background)
     sub = ReActAgent(a.llm, a.tools, max_steps=a.executor_steps, max_corrections=a.max_corrections, context=a.context,
-                     name=f'{a.name}/executor', background=told)
+                     name=f'{a.name}/executor', background=told, stream_tokens=a.stream_tokens)
     yield TaskStart(task=t.id, index=first, at=self._now())
     answer, reason = yield from self._forward(sub.stream(t.goal or t.id), t.id, first - 1)
     ok = reason == 'answer'

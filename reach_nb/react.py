@@ -14,13 +14,14 @@ from .parse import parse_json, parse_call, correction_message, split_reasoning, 
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, as_response
 from .config import load_settings
+from .kernel import (call_usage, crash_safeguard, default_registry, error_text, known_summary,
+                             llm_error_safeguards, model_call, retried_note, run_frame)
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
 __all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'SAFEGUARDS', 'ASK_USER', 'Dialect',
            'get_dialect', 'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message',
-           'known_summary', 'error_text', 'check_safeguards', 'ReActAgent', 'default_registry', 'call_usage',
-           'retried_note', 'llm_error_safeguards', 'strict_only', 'ask_user', 'pending_question', 'tool_step_messages']
+           'check_safeguards', 'ReActAgent', 'strict_only', 'ask_user', 'pending_question', 'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -241,21 +242,9 @@ def _intervention(c:ToolCall, prev:str, when:str, cap:int=1000) -> str:
             "Calling it again gives the same result. Use what you already know: answer now, or try a different tool "
             "or different arguments.")
 
-def known_summary(steps:list[Step], limit:int=300) -> str:
-    "A plain summary of what the successful observations of a run found, used when the model gives no answer."
-    found = [f"- {a}: {o.content[:limit]}" for s in steps for a, o in zip(s.actions, s.observations) if o.ok]
-    if not found: return "No conclusion was reached and no tool returned a result."
-    return "No conclusion was reached. What the tools returned:\n" + '\n'.join(found)
 
 # %% ../nbs/06_react.ipynb #9f60de9a
-def error_text(e:BaseException, n:int=1000) -> str:
-    "An exception as text: its type and (the start of) its message."
-    try: msg = str(e)
-    except Exception: msg = ''
-    return f"{type(e).__name__}: {msg[:n]}" if msg else type(e).__name__
-
-def _internal(e:BaseException, where:str) -> Safeguard:
-    return Safeguard(kind='internal_error', detail=f"{error_text(e, 500)} ({where})")
+def _internal(e:BaseException, where:str) -> Safeguard: return crash_safeguard(e, where)
 
 def _fired(step:Step, kind:str) -> bool: return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
 
@@ -342,11 +331,6 @@ ReActAgent.tools = property(_offered, _give, doc="The agent's tools, kept up to 
 
 
 # %% ../nbs/06_react.ipynb #eba8bd34
-def default_registry(tools) -> ToolRegistry:
-    "A registry of `tools` (functions) with the configured limits: `tool_timeout`, `max_observation_chars`."
-    s = load_settings()
-    return ToolRegistry(tools, timeout=s.tool_timeout or None, max_chars=s.max_observation_chars or None)
-
 def _agent_dialect(dialect:Dialect|str, mode:str) -> Dialect:
     "The dialect an agent speaks: the one asked for in JSON mode, `NATIVE_DIALECT` in native mode."
     if mode == 'json' or isinstance(dialect, Dialect): return get_dialect(dialect)
@@ -424,26 +408,6 @@ def _trailing(steps:list[Step], kind:str) -> int:
     return n
 
 # %% ../nbs/06_react.ipynb #713b01d1
-def call_usage(r:LLMResponse) -> Usage:
-    "What one model call used."
-    return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
-                 estimated_calls=int(bool(r.usage_estimated)), reasoning_tokens=r.reasoning_tokens or 0)
-
-def retried_note(n:int, # retries of the step's model call
-                 malformed:int=0, # of those, the ones after a response body that was not a chat completion
-                ) -> str:
-    "What a step's `retry` safeguard says after `n` retries of its model call."
-    why = 'a rate limit, a server error or a timeout'
-    if malformed: why = 'a malformed response body' if malformed >= n else f'{why}; {malformed} after a malformed body'
-    return f"The model call was retried {n} time{'s' * (n != 1)} (after {why})."
-
-def llm_error_safeguards(e:Exception) -> list[Safeguard]:
-    "The safeguards of a failed model call: the error, and the retries made before giving up."
-    n = getattr(e, 'retries', 0)
-    failed = retried_note(n, getattr(e, 'malformed_retries', 0)) + ' It still failed.' if isinstance(n, int) and n > 0 else None
-    retry = [Safeguard(kind='retry', detail=failed)] if failed else []
-    return [Safeguard(kind='llm_error', detail=error_text(e)), *retry]
-
 @patch
 def _request(self:_Loop, final:bool=False) -> dict:
     "A model call's options: tool schemas in native mode (none at the step limit), JSON mode otherwise."
@@ -452,33 +416,13 @@ def _request(self:_Loop, final:bool=False) -> dict:
 
 # %% ../nbs/06_react.ipynb #266c1d48
 @patch
-def _streamed(self:_Loop, index:int, kw:dict):
-    "The model's reply to the messages so far, streamed: its text comes first, as `TokenDelta` events."
-    resp = None
-    for x in self.a.llm.stream(self.sent, **kw):
-        if isinstance(x, str): yield TokenDelta(index=index, text=x)
-        else: resp = x
-    if resp is None: raise RuntimeError('the model stream ended without a complete response')
-    return resp
-
-@patch
 def _ask(self:_Loop, step:Step, final:bool=False):
-    "One model call: raw output, usage and retries go on `step`; a failure is an `llm_error` safeguard and None."
-    kw = self._request(final)
-    if self.reply is not None:  # given, not asked for: a fork with an edited reply, or a resumed step's recorded one
+    "One model call (the kernel's `model_call`); a reply given instead (a fork's, a resumed step's) is used as it is."
+    if self.reply is not None:  # given, not asked for: a fork with an edited reply
         resp, self.reply = self.reply, None
         step.raw = resp.content or ''
         return resp
-    try:
-        if self.a.stream_tokens: resp = yield from self._streamed(step.index, kw)
-        else: resp = self.a.llm.chat(self.sent, **kw)
-    except Exception as e:
-        step.safeguards += llm_error_safeguards(e)
-        return None
-    step.raw, step.usage = resp.content or '', call_usage(resp)
-    if resp.retries:
-        step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries, resp.malformed_retries)))
-    return resp
+    return (yield from model_call(self.a.llm, self.sent, step, self.a.stream_tokens, **self._request(final)))
 
 # %% ../nbs/06_react.ipynb #4e572c2a
 @patch
@@ -681,7 +625,7 @@ def _act(self:_Loop, step:Step, resp:LLMResponse|None=None):
         step.observations.append(o)
         if o.error: step.safeguards.append(Safeguard(kind=_GUARD_OF_ERROR.get(o.error, 'tool_error'),
                                                      detail=o.content[:300]))
-        yield ToolEnd(index=step.index, observation=o)
+        yield ToolEnd(index=step.index, observation=o, call=c)
     if len(keys) < len(step.actions):
         step.safeguards.append(Safeguard(kind='size_cap', detail=f'The reply asked for {len(step.actions)} calls; '
                                          f'only the first {len(keys)} ran.'))
@@ -856,37 +800,17 @@ def _steps(self:_Loop):
         if reason: return answer, reason
     return (yield from self._final(max(self.a.max_steps, len(self.steps)) + 1)), 'max_steps'
 
-@patch
-def _crashed(self:_Loop, e:Exception):
-    "An exception no step caught: a last step records it as `internal_error`; the answer is what the tools found."
-    step = Step(index=len(self.steps) + 1, parse_level='failed', safeguards=[_internal(e, 'in the agent loop')])
-    yield SafeguardFired(index=step.index, safeguard=step.safeguards[0])
-    self._add(step)
-    yield StepEnd(step=step)
-    return known_summary(self.steps)
+
 
 # %% ../nbs/06_react.ipynb #f1d772de
-def _meta(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
 def _switches(agent) -> dict: return {'safeguards_off': off} if (off := _off(agent.safeguards)) else {}
-
-def _tool_notes(tools) -> dict:
-    "What the tools' sources said when they were listed (an MCP server's tools skipped or renamed), for the trace."
-    notes = getattr(getattr(tools, 'mcp', None), 'skipped', None)
-    return {'tool_notes': list(notes)} if notes else {}
 
 @patch
 def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
-    "The run as events: its start (and any steps it carries on from), each step's events, its end. Nothing raises."
-    llm = self.a.llm
-    if start:
-        yield RunStart(question=self.q, agent=self.a.name, model=getattr(llm, 'name', type(llm).__name__),
-                       meta=dict(_meta(llm), mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(),
-                                 head=self.head, **_switches(self.a), **_tool_notes(self.a.tools), **(meta or {})))
-        for s in self.steps: yield StepEnd(step=s)
-    try: answer, reason = yield from self._steps()
-    except Exception as e: answer, reason = (yield from self._crashed(e)), 'error'
-    self.usage.wall_time = time.perf_counter() - self.start
-    yield RunEnd(answer=answer, stop_reason=reason, usage=self.usage, meta=_meta(llm))
+    "The run as events, in the kernel's run frame: its start (and the steps it carries on from), each step, its end."
+    mine = dict(mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(), head=self.head,
+                **_switches(self.a))
+    return run_frame(self.a, self.q, mine, self._steps(), 'in the agent loop', meta, self.steps, start, t0=self.start)
 
 # %% ../nbs/06_react.ipynb #e6558e33
 def _edited(step:Step, texts:dict, mode:str) -> Step:

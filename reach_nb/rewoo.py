@@ -12,7 +12,7 @@ from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .plan import PlanningAgent, ask_json, read_plan, refs, run_events, run_plan, unanswered
-from .react import default_registry
+from .kernel import default_registry
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
@@ -359,7 +359,7 @@ def _plan(self:_ReWOORun, messages:list[dict]) -> Iterator:
     read, fix = _plan_reader(a.tools, a.max_tasks), _plan_fix(a.plan_format)
     plan, steps = yield from ask_json(a.llm, messages, self.next, PLAN_FORMATS[a.plan_format], read=read, fix=fix,
                                       max_corrections=a.max_corrections, json_mode=a.plan_format == 'json',
-                                      temperature=a.temperature)
+                                      temperature=a.temperature, stream=a.stream_tokens)
     self.took(steps)
     if plan is not None:
         self.version += 1
@@ -382,7 +382,8 @@ def _solve(self:_ReWOORun, plan:PlanReading, work:Step) -> Iterator:
     a = self.a
     sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars)
     answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution, fix=_answer_fix,
-                                        max_corrections=a.max_corrections, json_mode=False, temperature=a.temperature)
+                                        max_corrections=a.max_corrections, json_mode=False, temperature=a.temperature,
+                                        stream=a.stream_tokens)
     self.took(steps)
     return unanswered(self.steps) if answer is None else (answer, 'answer')
 

@@ -14,7 +14,7 @@ from .core import *
 from .llm import ChatModel
 from .parse import split_reasoning
 from .plan import ask_json
-from .react import known_summary
+from .kernel import known_summary, model_call, run_frame
 
 # %% auto #0
 __all__ = ['CHAT_SYSTEM', 'CUES', 'PERIODS', 'AGENT_ROLES', 'ROUTER_FORMAT', 'ChatAgent', 'entities', 'list_items', 'Verdict',
@@ -25,11 +25,9 @@ CHAT_SYSTEM = ("You are a helpful assistant for a team that analyses payment ris
                "Answer directly and briefly, in the user's language. You have no tools and no data here: "
                "if a question needs figures from the data, say that it should be asked as a data question.")
 
-def _labels(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
-def _model_name(llm) -> str: return '' if llm is None else getattr(llm, 'name', type(llm).__name__)
-
 class ChatAgent:
     "Answers directly in one model call, without tools: for greetings, thanks and definitions."
+    stream_tokens:bool = False  # stream the reply as `TokenDelta` events (set it on an agent to turn it on)
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  system:str=CHAT_SYSTEM, # the system prompt
                  name:str='chat', # the agent's name in traces
@@ -41,31 +39,30 @@ class ChatAgent:
         return Run.from_events(self.stream(question))
 
 # %% ../nbs/14_router.ipynb #149b5f1e
-def _chat_step(llm:ChatModel, sent:list[dict], index:int=1) -> Step:
-    "The one model call of a chat run as a step, with no tools offered; a failed call is an `llm_error` safeguard."
+def _chat_step(llm:ChatModel, sent:list[dict], index:int=1, stream:bool=False) -> Iterator:
+    "The one model call of a chat run as a step (the kernel's `model_call`, no tools offered); returns the step."
     step = Step(index=index, prompt=list(sent))
-    try: r = llm.chat(sent)
-    except Exception as e:
-        step.safeguards.append(Safeguard(kind='llm_error', detail=f"{type(e).__name__}: {str(e)[:500]}"))
-        return step
-    think, text = split_reasoning(r.content or '')
-    step.raw, step.answer, step.reasoning = r.content or '', text.strip(), r.reasoning or think
-    step.usage = Usage(llm_calls=1, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-                       estimated_calls=int(r.usage_estimated), reasoning_tokens=r.reasoning_tokens)
+    if (yield from model_call(llm, sent, step, stream)) is None: return step
+    think, text = split_reasoning(step.raw)
+    step.answer, step.reasoning = text.strip(), step.reasoning or think
     step.messages.append({'role': 'assistant', 'content': step.raw})
     if not step.answer: step.safeguards.append(Safeguard(kind='validation', detail="The model's reply was empty."))
     return step
 
 # %% ../nbs/14_router.ipynb #bbaff58c
 @patch
-def stream(self:ChatAgent, question:str) -> Iterator:
+def stream(self:ChatAgent, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
     "The run as events: start, one step (a model call, no tools), end; nothing a model does raises out of it."
     if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    t0, llm, q = time.perf_counter(), self.llm, question[:self.max_chars]
-    yield RunStart(question=question, agent=self.name, model=_model_name(llm),
-                   meta=dict(_labels(llm), architecture='chat'))
+    return run_frame(self, question, {'architecture': 'chat'}, self._answer(question), 'in the chat agent', meta)
+
+@patch
+def _answer(self:ChatAgent, question:str) -> Iterator:
+    "The one step of a chat run; returns (answer, stop reason)."
+    t0, q = time.perf_counter(), question[:self.max_chars]
     yield StepStart(index=1)
-    step = _chat_step(llm, [{'role': 'system', 'content': self.system}, {'role': 'user', 'content': q}])
+    sent = [{'role': 'system', 'content': self.system}, {'role': 'user', 'content': q}]
+    step = yield from _chat_step(self.llm, sent, 1, self.stream_tokens)
     if len(q) < len(question):
         step.safeguards.append(Safeguard(kind='size_cap', detail=f"The question was cut to {self.max_chars} chars."))
     if step.usage.llm_calls: yield ModelOutput(index=1, raw=step.raw, parse_level='strict')
@@ -74,8 +71,7 @@ def stream(self:ChatAgent, question:str) -> Iterator:
     yield StepEnd(step=step)
     answered = bool(step.usage.llm_calls)
     answer = step.answer if answered else 'No answer: the model call failed (see the llm_error safeguard).'
-    yield RunEnd(answer=answer, stop_reason='answer' if answered else 'llm_error', usage=step.usage,
-                 meta=_labels(llm))
+    return answer, 'answer' if answered else 'llm_error'
 
 # %% ../nbs/14_router.ipynb #2f1ba950
 CUES = {  # cue -> (English regex of words and phrases, matched whole; Chinese regex, matched anywhere)
@@ -392,23 +388,23 @@ def delegate(agent, # anything with `.stream(question)`
 
 # %% ../nbs/14_router.ipynb #e83b7058
 @patch
-def stream(self:RouterAgent, question:str) -> Iterator:
+def stream(self:RouterAgent, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
     "The run: the router's start, its routing (and any model steps), `Routed`, the agent's events, one end."
     if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    t0 = time.perf_counter()
-    yield RunStart(question=question, agent=self.name, model=_model_name(self.llm),
-                   meta=dict(_labels(self.llm), architecture='router', agents=list(self.agents)))
+    mine = {'architecture': 'router', 'agents': list(self.agents)}
+    return run_frame(self, question, mine, self._go(question), 'in the router', meta)
+
+@patch
+def _go(self:RouterAgent, question:str) -> Iterator:
+    "Route, then hand the question on; returns (answer, stop reason, what the end records of the sub-run)."
     try: route, steps = yield from self._route(question)
     except Exception as e:  # a bug in routing: the default agent answers, and the reason says why
         route, steps = Routed(agent=self.default, reason=f"routing failed ({type(e).__name__}: {str(e)[:200]})"), []
     yield route
     offset = max([s.index for s in steps], default=0)
     start, end = yield from delegate(self.agents[route.agent], question, offset)
-    usage = sum((s.usage for s in steps), Usage()) + end.usage
-    usage.wall_time = time.perf_counter() - t0
     sub = {'agent': start.agent, 'model': start.model, 'meta': start.meta} if start else {}
-    yield RunEnd(answer=end.answer, stop_reason=end.stop_reason, usage=usage,
-                 meta={**end.meta, 'routed_to': route.agent, 'sub_run': sub})
+    return end.answer, end.stop_reason, {**end.meta, 'routed_to': route.agent, 'sub_run': sub}
 
 @patch
 def run(self:RouterAgent, question:str) -> Run:

@@ -16,15 +16,13 @@ from pydantic import BaseModel, Field
 from .config import load_settings, resolve_path
 from .core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
                            ToolStart, Usage, UserError, event_from_json)
-from .llm import LLMResponse
-from .react import known_summary, pending_question
+from .kernel import Diverged, carry_on, rewired, watched
 from .tools import ToolRegistry
 
 # %% auto #0
-__all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'NOT_AGAIN', 'event_json',
-           'RunInfo', 'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog',
-           'completed_tool_results', 'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume',
-           'resume_session', 'fork', 'fork_run']
+__all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CHARS', 'RunStatus', 'event_json', 'RunInfo',
+           'SessionStore', 'default_store_path', 'SQLiteSessionStore', 'SessionLog', 'completed_tool_results',
+           'cut_at_step', 'RedisSessionStore', 'open_store', 'record', 'resume', 'resume_session', 'fork', 'fork_run']
 
 # %% ../nbs/07_sessions.ipynb #cfa01af0
 MAX_EVENT_BYTES = 1_000_000  # an event above this is stored cut, never refused
@@ -336,12 +334,10 @@ _concrete(SQLiteSessionStore)
 class SessionLog:
     "Appends each event of a stream to `store` under `run_id` as it passes through; `log(e)` appends one event."
     def __init__(self, store:SessionStore, run_id:str, # a run made with `store.new_run`
-                 skip:Iterable[str]=(), # event types not to store, e.g. ('token',): model_output has the text
-                 given:dict|None=None): # results the stream reuses, by (step, call position): stored with their calls
+                 skip:Iterable[str]=()): # event types not to store, e.g. ('token',): model_output has the text
         self.store, self.run_id, self.skip = store, run_id, frozenset(skip)
         store._need(run_id, 'SessionLog')
-        self._lock, self._calls, self._ready, self._early = threading.RLock(), {}, dict(given or {}), {}
-        self._started, self._stored = defaultdict(int), defaultdict(int)  # per step: calls started, results stored
+        self._lock, self._calls, self._early = threading.RLock(), {}, {}  # calls in flight; results stored early
 
     @classmethod
     def new(cls, store:SessionStore, session_id:str, question:str='', skip:Iterable[str]=(), **kw) -> SessionLog:
@@ -363,48 +359,31 @@ def __call__(self:SessionLog, e):
     if isinstance(e, dict): e = event_from_json(e)
     if getattr(e, 'type', None) in self.skip: return e
     with self._lock:
-        if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), (None,))[0] is e.observation: return e
+        if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), None) is e.observation: return e
         self.store.append(self.run_id, e)
-        self._track(e)
+        if isinstance(e, ToolStart): self._calls[id(e.call)] = (e.call, e.index)
+        elif isinstance(e, StepEnd): self._calls = {k: v for k, v in self._calls.items() if v[1] != e.step.index}
     return e
-
-@patch
-def _track(self:SessionLog, e):
-    "Follow each step's calls and the results stored, so a call's result can be stored as soon as it returns."
-    if isinstance(e, StepStart): self._started[e.index] = self._stored[e.index] = 0
-    elif isinstance(e, ToolStart):
-        k = (e.index, self._started[e.index])
-        if k in self._ready and self._ready[k].tool != e.call.tool: del self._ready[k]  # not the call it was for
-        self._calls[id(e.call)], self._started[e.index] = (e.call, *k), k[1] + 1
-        self._flush(e.index)
-    elif isinstance(e, ToolEnd): self._ready.pop((e.index, self._stored[e.index]), None); self._stored[e.index] += 1
-    elif isinstance(e, StepEnd):
-        self._calls = {k: v for k, v in self._calls.items() if v[1] != e.step.index}
-        self._early = {k: v for k, v in self._early.items() if v[1] != e.step.index}
 
 # %% ../nbs/07_sessions.ipynb #a1c0e003
 @patch
-def _flush(self:SessionLog, i:int):
-    "Store the results of step `i` that are ready, in call order, so that each stays matched to its call."
-    while self._stored[i] < self._started[i] and (o := self._ready.pop((i, self._stored[i]), None)) is not None:
-        self.store.append(self.run_id, ToolEnd(index=i, observation=o))
-        self._early[id(o)], self._stored[i] = (o, i), self._stored[i] + 1
-
-@patch
 def tool_done(self:SessionLog, c:ToolCall, # a call whose `tool_start` this log stored
               o:Observation) -> Observation: # what it returned
-    "Store the result of call `c` now, not when its whole step is done; returns `o`."
+    "Store the result of call `c` now, with the call, not when its whole step is done; returns `o`."
     if 'tool_end' in self.skip: return o
     with self._lock:
-        if (got := self._calls.get(id(c))) and got[0] is c: self._ready[got[1:]] = o; self._flush(got[1])
+        if (got := self._calls.get(id(c))) and got[0] is c:
+            self.store.append(self.run_id, ToolEnd(index=got[1], observation=o, call=c))
+            self._early[id(o)] = o
     return o
 
 # %% ../nbs/07_sessions.ipynb #5c9463d0
-def _positions(calls:list, observations:list) -> dict[int, Observation]:
-    "The call position of each finished observation of one step: by native call id, else in call order."
-    free, out = list(range(max(len(calls), len(observations)))), {}
-    for o in observations:
-        k = next((k for k in free if k < len(calls) and o.call_id and calls[k].id == o.call_id), free[0])
+def _positions(calls:list, ends:list) -> dict[int, Observation]:
+    "The call position of each result of one step: by the call it carries, else the native call id, else in order."
+    free, out = list(range(max(len(calls), len(ends)))), {}
+    for e in ends:
+        o, mine = e.observation, lambda k: calls[k] == e.call if e.call else o.call_id and calls[k].id == o.call_id
+        k = next((k for k in free if k < len(calls) and mine(k)), free[0])
         free.remove(k); out[k] = o
     return out
 
@@ -416,7 +395,7 @@ def completed_tool_results(events:Iterable) -> dict[tuple[int, int], Observation
         if isinstance(e, dict): e = event_from_json(e)
         if isinstance(e, StepStart): settle(e.index)  # a step tried again by a resume: each try's results count
         elif isinstance(e, ToolStart): calls[e.index].append(e.call)
-        elif isinstance(e, ToolEnd): obs[e.index].append(e.observation)
+        elif isinstance(e, ToolEnd): obs[e.index].append(e)
         elif isinstance(e, StepEnd):
             i = e.step.index; calls.pop(i, None); obs.pop(i, None)
             for k in [k for k in done if k[0] == i]: del done[k]
@@ -528,105 +507,39 @@ def open_store(where:str|Path|None=None) -> SessionStore:
 
 # %% ../nbs/07_sessions.ipynb #b7d10002
 def _reporting(agent, log:SessionLog):
-    "A copy of `agent` whose tool calls give each result to `log` the moment it returns."
-    if not isinstance(reg := getattr(agent, 'tools', None), ToolRegistry): return agent
-    reg, call, acall = copy.copy(reg), reg.call, reg.acall
-    async def reported(c, *args, **kw): return log.tool_done(c, await acall(c, *args, **kw))
-    reg.call, reg.acall = (lambda c, *args, **kw: log.tool_done(c, call(c, *args, **kw))), reported
-    out = copy.copy(agent)
-    out.tools = reg
-    return out
+    "A copy of `agent` (and of the agents it hands questions to) whose tool calls give each result to `log` at once."
+    return rewired(agent, tools=lambda reg: watched(reg, after=log.tool_done))
 
-def record(store:SessionStore, agent, # any agent with `stream(question, head=, meta=)`, e.g. a `ReActAgent`
+def _given(**kw) -> dict: return {k: v for k, v in kw.items() if v is not None}
+
+def record(store:SessionStore, agent, # any agent with `stream(question, meta=)` (ReAct also takes `head=`)
            question:str, session_id:str, # the conversation the run belongs to
-           head:list[dict]|None=None, # the messages before the steps, e.g. the conversation so far
+           head:list[dict]|None=None, # the messages before the steps, e.g. the conversation so far (ReAct)
            meta:dict|None=None, # labels for the run, kept in its `RunInfo` and its `run_start` event
            skip:Iterable[str]=('token',), # event types not to store
            on_event:Callable|None=None) -> Run: # called with each event once it is stored
     "Run `agent` on `question` with each event stored as it happens; returns the stored run."
     log = SessionLog.new(store, session_id, question, skip=skip, meta=meta)
     labels = {**(meta or {}), 'run_id': log.run_id, 'session_id': session_id}
-    for e in log.record(_reporting(agent, log).stream(question, head=head, meta=labels)):
+    for e in log.record(_reporting(agent, log).stream(question, **_given(head=head, meta=labels))):
         if on_event is not None: on_event(e)
     return store.run(log.run_id)
 
-# %% ../nbs/07_sessions.ipynb #b7d10010
-def _attempt(events:list, i:int) -> list:
-    "The events of the last try at step `i` that got the model's reply (a resumed step is tried again)."
-    tries = [[]]
-    for e in events:
-        if getattr(e, 'index', None) != i: continue
-        if isinstance(e, StepStart): tries.append([])
-        else: tries[-1].append(e)
-    return next((t for t in reversed(tries) if any(isinstance(e, ModelOutput) for e in t)), [])
-
-def _recorded_reply(events:list, i:int, mode:str) -> LLMResponse|None:
-    "The model's reply at step `i` as stored, to use again instead of paying for it twice; None if it is not known."
-    got = _attempt(events, i)
-    out = next((e for e in got if isinstance(e, ModelOutput)), None)
-    if out is None: return None
-    if mode != 'native' or out.parse_level == 'repaired': return LLMResponse(content=out.raw)  # calls in the text
-    calls = [e.call for e in got if isinstance(e, ToolStart)]
-    return LLMResponse(content=out.raw, tool_calls=calls) if calls else None  # calls not stored yet: ask again
-
-# %% ../nbs/07_sessions.ipynb #b7d10020
-def _trailing(steps:list[Step], test:Callable) -> int:
-    "How many of the last steps pass `test`, counting back from the last."
-    return next((k for k, s in enumerate(reversed(steps)) if not test(s)), len(steps))
-
-def _ended(steps:list[Step], max_corrections:int=2) -> tuple|None:
-    "(answer, stop reason) if the last of `steps` ended the run and only its `run_end` was lost, else None."
-    if not steps: return None
-    last, kinds = steps[-1], {g.kind for g in steps[-1].safeguards}
-    if 'max_steps' in kinds: return last.answer, 'max_steps'
-    if last.answer is not None: return last.answer, 'answer'
-    if (asked := pending_question(last)) is not None: return asked, 'needs_input'
-    crashed = lambda s: any(g.kind == 'internal_error' for g in s.safeguards)
-    stop = ('llm_error' if 'llm_error' in kinds else 'repeated' if 'repeat_stop' in kinds
-            else 'error' if _trailing(steps, crashed) > max_corrections
-            else 'parse_failures' if _trailing(steps, lambda s: s.parse_level == 'failed') > max_corrections else None)
-    return (known_summary(steps), stop) if stop else None
-
 # %% ../nbs/07_sessions.ipynb #b7d10030
-def _carry_on(store:SessionStore, info:RunInfo, agent, events:list, cached:dict) -> Iterator:
-    "The events that finish a stored run: its step that was cut off and the rest, or only its lost end."
-    if not events:  # it died before its first event
-        return agent.stream(info.question, meta={**info.meta, 'run_id': info.run_id, 'session_id': info.session_id})
-    run = store.run(info.run_id)
-    if (end := _ended(run.steps, getattr(agent, 'max_corrections', 2))) is not None:
-        llm_meta = dict(getattr(getattr(agent, 'llm', None), 'meta', {}) or {})
-        usage = sum((s.usage for s in run.steps), Usage())
-        return iter([RunEnd(answer=end[0], stop_reason=end[1], usage=usage, meta=llm_meta)])
-    reply = _recorded_reply(events, len(run.steps) + 1, getattr(agent, 'mode', 'json'))
-    return agent.stream(run.question, head=run.meta.get('head'), steps=run.steps, reply=reply, cached=cached,
-                        start=False)
-
-NOT_AGAIN = ("Not run again: {call} had started when the run's process stopped, and this tool changes things outside "
-             "the run, so it may have taken effect. Check whether it did before calling it again.")
-
-def _not_again(events:list, i:int, tools, done:dict) -> dict:
-    "For step `i`'s calls of tools with side effects that started but left no result: a result saying so, not a rerun."
-    calls, out = [e.call for e in _attempt(events, i) if isinstance(e, ToolStart)], {}
-    for k, c in enumerate(calls):
-        t = tools.resolve(c.tool) if isinstance(tools, ToolRegistry) else None
-        if (i, k) in done or t is None or not t.side_effects: continue
-        said = f"{c.tool}({', '.join(f'{a}={v!r}' for a, v in c.args.items())})"[:300]
-        out[(i, k)] = Observation(tool=c.tool, ok=False, error='tool_error', call_id=c.id, args=c.args,
-                                  content=NOT_AGAIN.format(call=said))
-    return out
-
 def resume(store:SessionStore, run_id:str, agent, # the agent the run was made with (same tools and settings)
            on_event:Callable|None=None) -> Run: # called with each new event once it is stored
     "Finish run `run_id` after its process died, in the same stored run; a finished run is returned as it is."
     info = store._need(run_id, 'resume')
     if info.status == 'finished': return store.run(run_id)
-    events = store.events(run_id)
-    i = sum(isinstance(e, StepEnd) for e in events) + 1  # the step that was cut off
-    cached = {k: o for k, o in completed_tool_results(events).items() if k[0] == i}
-    cached |= _not_again(events, i, getattr(agent, 'tools', None), cached)  # a side effect is never done twice
-    log = SessionLog(store, run_id, skip=('token',), given=cached)
-    for e in log.record(_carry_on(store, info, _reporting(agent, log), events, cached)):
-        if on_event is not None: on_event(e)
+    events, log = store.events(run_id), SessionLog(store, run_id, skip=('token',))
+    labels = {**info.meta, 'run_id': info.run_id, 'session_id': info.session_id}
+    if not events: new = _reporting(agent, log).stream(info.question, meta=labels)  # it died before its start
+    else: new = carry_on(agent, info.question, events, log.tool_done, meta=labels, head=events[0].meta.get('head'))
+    try:
+        for e in log.record(new):
+            if on_event is not None: on_event(e)
+    except Diverged as e: raise UserError(f"run {run_id[:12]} cannot be resumed: {e}", 'resume',
+                                          "carry it on with the agent it was made with") from None
     return store.run(run_id)
 
 # %% ../nbs/07_sessions.ipynb #b7d10040

@@ -201,11 +201,11 @@ def test_kill_after_first_tool_end_leaves_it_stored_before_the_step_ends(agent_m
 
 @pytest.mark.parametrize('nth', [1, 2])
 def test_resume_killed_again_then_resumed(nth, agent_module, baseline, tmp_path):
-    "A resume killed after it stored the first (b's, stored again before c runs) or second result of step 2 is resumed."
+    "A resume killed after it stored its first result (c's) or its second (b's, handed back from the journal) is resumed."
     where = str(tmp_path/'sessions.sqlite')
     run_id = kill_child(agent_module, where, tmp_path, 'tool_end', 2)
     assert kill_child(agent_module, where, tmp_path, 'tool_end', nth, run_id=run_id) == run_id
-    assert lines(tmp_path/'ledger') == ['a', 'b', 'c'][:nth + 1]
+    assert lines(tmp_path/'ledger') == ['a', 'b', 'c']  # c ran in the resume; b, from the first process, not again
     with SQLiteSessionStore(where) as store:
         assert [e.type for e in store.events(run_id)].count('step_start') == 3  # step 2 was tried twice
         check_resumed(store, run_id, tmp_path, baseline['json'], agent_module=agent_module)
