@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import asyncio, copy, pydantic_core, collections.abc, contextvars, inspect, itertools, json, os, queue, re, threading, types
+import _thread, asyncio, copy, pydantic_core, collections.abc, contextvars, functools, inspect, itertools, json, os, queue, re, threading, types
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
@@ -538,15 +538,26 @@ class _Workers:
         self.max_threads, self._jobs, self._lock = max_threads, queue.SimpleQueue(), threading.Lock()
         self.threads = self._idle = 0  # threads alive; those waiting for a job that no job has claimed yet
 
-    def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
-        fut, grow = Future(), False
+    def _put(self, job:Callable):
+        "Queue `job` (called with no arguments), claiming a waiting thread or starting one, up to the cap."
+        grow = False
         with self._lock:
             claimed = self._idle > 0  # a waiting thread will take it
             if claimed: self._idle -= 1
             elif self.threads < self.max_threads: self.threads, grow = self.threads + 1, True
-        self._jobs.put((fut, contextvars.copy_context(), fn, args, kwargs, claimed))
+        self._jobs.put((job, claimed))
         if grow: threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
-        return fut  # when every thread is busy the job waits in the queue; cancel the future to drop it
+
+    def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
+        "`fn(*args, **kwargs)` in a worker, as a `Future`; when every thread is busy it waits: cancel it to drop it."
+        fut = Future()
+        self._put(functools.partial(_fill, fut, contextvars.copy_context(), fn, args, kwargs))
+        return fut
+
+def _fill(fut:Future, ctx, fn, args, kwargs):
+    if fut.set_running_or_notify_cancel():
+        try: fut.set_result(ctx.run(fn, *args, **kwargs))
+        except BaseException as e: fut.set_exception(e)
 
 # %% ../nbs/03_tools.ipynb #c444367a
 @patch
@@ -561,18 +572,45 @@ def _next(self:_Workers):
             continue  # a job has claimed a waiting thread: it is on its way
         if not job[-1]:
             with self._lock: self._idle -= 1  # a job nobody claimed (all threads were busy): this one is busy now
-        return job
+        return job[0]
 
 @patch
 def _work(self:_Workers):
     while (job := self._next()) is not None:
-        fut, ctx, fn, args, kwargs, _ = job
-        if fut.set_running_or_notify_cancel():
-            try: fut.set_result(ctx.run(fn, *args, **kwargs))
-            except BaseException as e: fut.set_exception(e)
-        del job, fut, ctx, fn, args, kwargs
+        job()
+        del job  # an abandoned call's result is not kept alive by an idle thread
 
 _workers = _Workers()
+
+# %% ../nbs/03_tools.ipynb #5d12e17f
+_new_lock = _thread.allocate_lock
+
+class _Call:
+    "One sync call handed to a worker: run once, or dropped unstarted; `outcome` is set before `done` is released."
+    __slots__ = ('ctx', 'fn', 'kw', 'claim', 'done', 'outcome')
+    def __init__(self, fn:Callable, kw:dict):
+        self.ctx, self.fn, self.kw = contextvars.copy_context(), fn, kw
+        self.claim, self.done, self.outcome = _new_lock(), _new_lock(), None
+        self.done.acquire()
+
+    def __call__(self):
+        "Run in a worker, unless the caller dropped the call first."
+        if not self.claim.acquire(False): return
+        try: self.outcome = 'ok', self.ctx.run(self.fn, **self.kw)
+        except BaseException as e: self.outcome = 'tool_error', e
+        self.ctx = self.fn = self.kw = None
+        self.done.release()
+
+    def drop(self) -> bool:
+        "Drop the call if no worker has started it; whether it was dropped."
+        return self.claim.acquire(False)
+
+@patch
+def call(self:_Workers, fn:Callable, kw:dict) -> _Call:
+    "`fn(**kw)` in a worker, for a caller that waits on `done`; when every thread is busy it waits in the queue."
+    c = _Call(fn, kw)
+    self._put(c)
+    return c
 
 # %% ../nbs/03_tools.ipynb #1b31df22
 class LoopThread:
@@ -608,11 +646,10 @@ def _run_inline(t:Tool, kw:dict) -> tuple:
     except Exception as e: return 'tool_error', e
 
 def _run_thread(t:Tool, kw:dict, timeout:float) -> tuple:
-    fut = _workers.submit(t.fn, **kw)
-    try: return 'ok', fut.result(timeout)
-    except Exception: pass  # the tool's own error, or the deadline: `done()` tells which
-    if fut.done() and not fut.cancelled(): return _settled(fut)
-    return ('busy' if fut.cancel() else 'timeout'), timeout  # a call still queued is dropped unstarted
+    c = _workers.call(t.fn, kw)
+    if c.done.acquire(timeout=timeout): return c.outcome
+    if c.drop(): return 'busy', timeout  # still queued at the deadline: dropped unstarted
+    return c.outcome or ('timeout', timeout)  # it may have finished just now
 
 async def _run_async(t:Tool, kw:dict, timeout:float|None) -> tuple:
     "Run any tool on the running loop: async tools as a task, sync ones in a worker thread."
