@@ -1921,6 +1921,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.tools._hint_of': ('tools.html#_hint_of', 'reach_nb/tools.py'),
                                 'reach_nb.tools._hints': ('tools.html#_hints', 'reach_nb/tools.py'),
                                 'reach_nb.tools._hoist': ('tools.html#_hoist', 'reach_nb/tools.py'),
+                                'reach_nb.tools._key_kw': ('tools.html#_key_kw', 'reach_nb/tools.py'),
                                 'reach_nb.tools._keyed': ('tools.html#_keyed', 'reach_nb/tools.py'),
                                 'reach_nb.tools._label': ('tools.html#_label', 'reach_nb/tools.py'),
                                 'reach_nb.tools._literal_type': ('tools.html#_literal_type', 'reach_nb/tools.py'),

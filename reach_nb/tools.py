@@ -950,6 +950,10 @@ def _calls_keys(calls:Iterable, keys:list|None) -> tuple[list[ToolCall], list]:
     if len(keys) != len(calls): raise ValueError(f"{len(keys)} keys for {len(calls)} calls: give one per call, or none")
     return calls, keys
 
+def _key_kw(key) -> dict:
+    "`key=` for a call only when there is a key, so a registry whose `call` predates keys still works."
+    return {} if key is None else {'key': key}
+
 @patch
 async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
                      keys:list|None=None) -> list[Observation]: # one idempotency key (or None) per call
@@ -957,7 +961,7 @@ async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
     calls, keys = _calls_keys(calls, keys)
     gate = asyncio.Semaphore(self.max_parallel or max(len(calls), 1))
     async def one(c, k):
-        async with gate: return await self.acall(c, key=k)  # a call's timeout counts from when it starts
+        async with gate: return await self.acall(c, **_key_kw(k))  # a call's timeout counts from when it starts
     return list(await asyncio.gather(*map(one, calls, keys)))
 
 @patch
@@ -965,7 +969,7 @@ def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
               keys:list|None=None) -> list[Observation]: # one idempotency key (or None) per call
     "Run several calls concurrently from sync code (also inside a running event loop); one call skips the loop."
     calls, keys = _calls_keys(calls, keys)
-    return [self.call(calls[0], key=keys[0])] if len(calls) == 1 else run_sync(self.acall_many(calls, keys))
+    return [self.call(calls[0], **_key_kw(keys[0]))] if len(calls) == 1 else run_sync(self.acall_many(calls, keys))
 
 # %% ../nbs/03_tools.ipynb #c725ac92
 @patch(cls_method=True)
