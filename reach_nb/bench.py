@@ -4,14 +4,14 @@
 
 # %% ../nbs/91_bench.ipynb #86a7ad1f
 from __future__ import annotations
-import json, time, statistics
-from .core import Usage
+import importlib, json, time, statistics
+from .core import Usage, UserError
 from .llm import ChatModel, LLMResponse
 from .react import ReActAgent
 from .tools import ToolRegistry
 
 # %% auto #0
-__all__ = ['InstantLLM', 'echo', 'bench_loop', 'print_loop_bench']
+__all__ = ['InstantLLM', 'echo', 'bench_loop', 'print_loop_bench', 'bench_loop_peers', 'print_peers_bench']
 
 # %% ../nbs/91_bench.ipynb #e7f6dc59
 class InstantLLM(ChatModel):
@@ -87,3 +87,129 @@ def print_loop_bench(r:dict):
     "Print `bench_loop`'s figures as a small table."
     print(f"ReAct loop, {r['steps']} steps x {r['runs']} runs per side (median of rounds)")
     for label, key, note in _ROWS: print(f"  {label:<35}: {r[key]:8.1f} µs/step{note.format(**r)}")
+
+# %% ../nbs/91_bench.ipynb #35eefbb1
+_PEERS = {'smolagents': 'smolagents', 'langgraph': 'langgraph', 'langchain_core': 'langchain-core'}
+
+def _need_peers():
+    "A `UserError` naming the peer frameworks that are not installed."
+    missing = []
+    for mod, dist in _PEERS.items():
+        try: importlib.import_module(mod)
+        except ImportError: missing.append(dist)
+    if missing: raise UserError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed",
+                                'this Python environment', "pip install 'reach_nb[bench]'")
+
+# %% ../nbs/91_bench.ipynb #23bb6a42
+def _counting_echo(n:dict):
+    "`echo`, counting its calls in `n['tool']`."
+    def echo(x:int): # any number
+        "Return the number."
+        n['tool'] += 1
+        return x
+    return echo
+
+def _reach_side(steps:int) -> tuple:
+    "reach_nb's `ReActAgent` on the instant model, `echo` run with the registry's default timeout."
+    n = {'tool': 0}
+    llm = InstantLLM(_replies(steps))
+    agent = ReActAgent(llm, ToolRegistry([_counting_echo(n)]), max_steps=steps + 1)
+    return (lambda: agent.run('bench').stop_reason == 'answer'), (lambda: (llm.i, n['tool']))
+
+# %% ../nbs/91_bench.ipynb #50171fee
+def _smolagents_side(steps:int) -> tuple:
+    "smolagents' `ToolCallingAgent` on a scripted `Model`: `echo` each step, then `final_answer`."
+    from smolagents import Model, Tool, ToolCallingAgent
+    from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
+    from smolagents.monitoring import LogLevel
+    n = {'steps': 0, 'tool': 0}
+    class Scripted(Model):
+        def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+            i = n['steps'] % steps
+            n['steps'] += 1
+            name, args = ('echo', {'x': i}) if i < steps - 1 else ('final_answer', {'answer': 'finished'})
+            call = ChatMessageToolCall(id=f'call_{i}', type='function',
+                                       function=ChatMessageToolCallFunction(name=name, arguments=args))
+            return ChatMessage(role=MessageRole.ASSISTANT, content=None, tool_calls=[call])
+    class Echo(Tool):
+        name, description, output_type = 'echo', 'Return the number.', 'integer'
+        inputs = {'x': {'type': 'integer', 'description': 'any number'}}
+        def forward(self, x): n['tool'] += 1; return x
+    agent = ToolCallingAgent(tools=[Echo()], model=Scripted(model_id='scripted'), max_steps=steps + 1,
+                             verbosity_level=LogLevel.OFF)
+    return (lambda: agent.run('bench') == 'finished'), (lambda: (n['steps'], n['tool']))
+
+# %% ../nbs/91_bench.ipynb #6e484084
+def _langgraph_side(steps:int) -> tuple:
+    "A LangGraph `StateGraph`: a scripted model node asking for `echo` each step, a `ToolNode`, `tools_condition`."
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    n = {'steps': 0, 'tool': 0}
+    @tool
+    def echo(x:int) -> int:
+        "Return the number."
+        n['tool'] += 1
+        return x
+    def model(state):
+        i = n['steps'] % steps
+        n['steps'] += 1
+        if i == steps - 1: return {'messages': [AIMessage(content='finished')]}
+        return {'messages': [AIMessage(content='', tool_calls=[{'name': 'echo', 'args': {'x': i}, 'id': f'call_{i}'}])]}
+    g = StateGraph(MessagesState)
+    g.add_node('model', model)
+    g.add_node('tools', ToolNode([echo]))
+    g.add_edge(START, 'model')
+    g.add_conditional_edges('model', tools_condition)
+    g.add_edge('tools', 'model')
+    graph, cfg = g.compile(), {'recursion_limit': 2 * steps + 1}
+    run = lambda: graph.invoke({'messages': [('user', 'bench')]}, cfg)['messages'][-1].content == 'finished'
+    return run, (lambda: (n['steps'], n['tool']))
+
+# %% ../nbs/91_bench.ipynb #34ef420d
+_SIDES = {'reach_nb': _reach_side, 'smolagents': _smolagents_side, 'langgraph': _langgraph_side}
+
+def _check_counts(name:str, got:tuple, runs:int, steps:int):
+    "An AssertionError unless `name` made exactly the model and tool calls that `runs` runs of `steps` steps make."
+    want = (runs * steps, runs * (steps - 1))
+    if tuple(got) != want: raise AssertionError(
+        f"{name} made {got[0]} model calls and {got[1]} tool calls in {runs} runs of {steps} steps; "
+        f"the workload is {want[0]} and {want[1]}")
+
+def _timed_round(name:str, side:tuple, runs:int, steps:int) -> float:
+    "Seconds per step of `runs` runs on `side`, its counts checked."
+    run, counts = side
+    before = counts()
+    t = _per_step(lambda: run() or _fail(name), runs, steps)
+    _check_counts(name, [a - b for a, b in zip(counts(), before)], runs, steps)
+    return t
+
+# %% ../nbs/91_bench.ipynb #2863ff02
+def bench_loop_peers(steps:int=20, # steps per run (model calls); the last one answers
+                     runs:int=200, # runs per framework per round
+                     rounds:int=5): # alternating rounds; the median is reported
+    "µs per step of reach_nb, smolagents and LangGraph on the same scripted workload, and the peers' ratios to reach_nb."
+    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items() if not v >= 1]:
+        raise ValueError(f"bench_loop_peers needs steps, runs and rounds of at least 1, got {', '.join(bad)}")
+    if steps < 2: raise ValueError(f"bench_loop_peers needs at least 2 steps (a tool call, then the answer), got {steps}")
+    _need_peers()
+    sides = {k: make(steps) for k, make in _SIDES.items()}
+    t = {k: [] for k in sides}
+    for _ in range(rounds):
+        for k, side in sides.items(): t[k].append(_timed_round(k, side, runs, steps))
+    us = {k: round(statistics.median(v) * 1e6, 1) for k, v in t.items()}
+    return dict(steps=steps, runs=runs, rounds=rounds, us_per_step=us,
+                ratios={k: round(us[k] / us['reach_nb'], 1) for k in ('smolagents', 'langgraph')})
+
+# %% ../nbs/91_bench.ipynb #97b680f3
+_PEER_ROWS = [('reach_nb ReActAgent', 'reach_nb', ''), ('smolagents ToolCallingAgent', 'smolagents', 4),
+              ('LangGraph StateGraph + ToolNode', 'langgraph', 25)]
+
+def print_peers_bench(r:dict):
+    "Print `bench_loop_peers`' figures: µs per step of each framework, and each peer's ratio to reach_nb."
+    print(f"Agent loop, {r['steps']} steps ({r['steps'] - 1} tool calls) x {r['runs']} runs per framework "
+          f"(median of {r['rounds']} alternating rounds)")
+    for label, key, _ in _PEER_ROWS: print(f"  {label:<32}: {r['us_per_step'][key]:8.1f} µs/step")
+    for label, key, target in _PEER_ROWS[1:]:
+        print(f"  {label.split()[0] + ' / reach_nb':<32}: {r['ratios'][key]:8.1f}x  (target at least {target}x)")

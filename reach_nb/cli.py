@@ -678,10 +678,15 @@ def data_build(rows:int = typer.Option(1_000_000, help='Number of transactions (
 @bench_app.command('loop')
 def bench_loop_cmd(steps:int = typer.Option(20, help='Steps per run (model calls).'),
                    runs:int = typer.Option(200, help='Runs per side.'),
-                   rounds:int = typer.Option(5, help='Alternating rounds; the median is reported.')):
-    "Per-step overhead of the ReAct loop against a bare Python loop making the same calls."
-    from reach_nb.bench import bench_loop, print_loop_bench
+                   rounds:int = typer.Option(5, help='Alternating rounds; the median is reported.'),
+                   peers:bool = typer.Option(False, '--peers', help="The same workload through smolagents and "
+                                             "LangGraph, side by side (they are reach_nb's bench extra).")):
+    "Per-step overhead of the ReAct loop against a bare Python loop making the same calls (or other frameworks)."
+    from reach_nb.bench import bench_loop, bench_loop_peers, print_loop_bench, print_peers_bench
     for v, o in ((steps, '--steps'), (runs, '--runs'), (rounds, '--rounds')): _at_least(v, 1, o)
+    if peers:
+        _at_least(steps, 2, '--steps')  # a tool call, then the answer
+        return print_peers_bench(bench_loop_peers(steps=steps, runs=runs, rounds=rounds))
     print_loop_bench(bench_loop(steps=steps, runs=runs, rounds=rounds))
 
 @bench_app.command('data')

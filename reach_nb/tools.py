@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import asyncio, copy, pydantic_core, collections.abc, contextvars, inspect, itertools, json, os, queue, re, threading, types
+import _thread, asyncio, copy, pydantic_core, collections.abc, contextvars, functools, inspect, itertools, json, os, queue, re, threading, types, uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
@@ -17,8 +17,9 @@ from rapidfuzz import fuzz, process
 from .core import PARAM_SYNONYMS, Observation, ToolCall
 
 # %% auto #0
-__all__ = ['MAX_WORKERS', 'json_schema', 'deref', 'schema_label', 'norm_name', 'Tool', 'tool', 'as_tool', 'short_repr',
-           'suggest_name', 'render_output', 'truncate', 'LoopThread', 'run_sync', 'ToolRegistry', 'ToolError']
+__all__ = ['KEY_PARAM', 'MAX_WORKERS', 'json_schema', 'deref', 'schema_label', 'norm_name', 'Tool', 'tool', 'as_tool',
+           'short_repr', 'suggest_name', 'render_output', 'truncate', 'LoopThread', 'run_sync', 'ToolRegistry',
+           'ToolError']
 
 # %% ../nbs/03_tools.ipynb #6ad28347
 _PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
@@ -291,6 +292,8 @@ def _check_aliases(name:str, aliases) -> list[str]:
     return list(dict.fromkeys(aliases or []))
 
 # %% ../nbs/03_tools.ipynb #d43ee2d5
+KEY_PARAM = 'idempotency_key'  # a parameter the registry fills with a key per call; the model never sees or sets it
+
 class Tool:
     "A function the model may call, with its JSON Schema derived from its signature (or given: see `from_schema`)."
     def __init__(self, fn:Callable, # a typed function with a docstring; `async def` is fine
@@ -303,9 +306,9 @@ class Tool:
                  aliases:list[str]|None=None, # other names the tool answers to, e.g. ['FindCases']
                  parameters:dict|None=None, # a JSON Schema of the arguments, used instead of the signature
                  source:str|None=None, # where the tool lives, e.g. "MCP server 'time'"; shown in the prompt
-                 side_effects:bool=False): # it changes the world (blocks a device, freezes a card): never run twice
+                 side_effects:bool|None=None): # it changes the world (blocks a device): never run twice;
+                                               # None: True when it takes an `idempotency_key`
         self.fn, self.timeout, self.max_chars, self.source = fn, timeout, max_chars, source
-        self.side_effects = bool(side_effects)
         self.name = _check_name(name or getattr(fn, '__name__', ''))
         self.aliases = _check_aliases(self.name, aliases)
         self.description = description or _first_line(inspect.getdoc(fn))
@@ -314,6 +317,9 @@ class Tool:
             "the model reads it.")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.params, self.takes_kwargs = _params(fn) if parameters is None else _schema_params(parameters, self.name)
+        self.takes_key = any(p.name == KEY_PARAM for p in self.params) and parameters is None
+        self.params = [p for p in self.params if not (self.takes_key and p.name == KEY_PARAM)]  # the registry's
+        self.side_effects = self.takes_key if side_effects is None else bool(side_effects)
         self._names, self._aliases = {p.name for p in self.params}, _aliases(self.params, synonyms, self.name)
         self.parameters = _own_schema(self.params) if parameters is None else _given_schema(parameters)
         self.examples = list(examples or []) or [self._generated_example()]
@@ -342,7 +348,7 @@ def __repr__(self:Tool): return f"Tool({self.example}: {self.description})"
 def tool(fn:Callable|str|None=None, *, # the function (when used bare as `@tool`), or a name
          name:str|None=None, description:str|None=None, timeout:float|None=None, max_chars:int|None=None,
          examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None, aliases:list[str]|None=None,
-         side_effects:bool=False):
+         side_effects:bool|None=None):
     "Mark `fn` as an agent tool (see `Tool` for the options); usable as `@tool` or `@tool(timeout=5)`."
     if isinstance(fn, str): fn, name = None, fn
     def mark(f):
@@ -483,6 +489,8 @@ def _rename(self:Tool, args:dict, loose:bool=True, # loose=False: only the param
     notes, problems = [], []
     for k, v in args.items():
         if k in self._names: continue
+        if self.takes_key and norm_name(str(k)[:_QUOTE_MAX]) == KEY_PARAM:
+            problems.append(f"{short_repr(k)} is set by the registry, not by the caller; leave it out"); continue
         target = self._target(k) if loose else None
         if target is None:
             if self.takes_kwargs: kw[k] = v
@@ -538,15 +546,26 @@ class _Workers:
         self.max_threads, self._jobs, self._lock = max_threads, queue.SimpleQueue(), threading.Lock()
         self.threads = self._idle = 0  # threads alive; those waiting for a job that no job has claimed yet
 
-    def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
-        fut, grow = Future(), False
+    def _put(self, job:Callable):
+        "Queue `job` (called with no arguments), claiming a waiting thread or starting one, up to the cap."
+        grow = False
         with self._lock:
             claimed = self._idle > 0  # a waiting thread will take it
             if claimed: self._idle -= 1
             elif self.threads < self.max_threads: self.threads, grow = self.threads + 1, True
-        self._jobs.put((fut, contextvars.copy_context(), fn, args, kwargs, claimed))
+        self._jobs.put((job, claimed))
         if grow: threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
-        return fut  # when every thread is busy the job waits in the queue; cancel the future to drop it
+
+    def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
+        "`fn(*args, **kwargs)` in a worker, as a `Future`; when every thread is busy it waits: cancel it to drop it."
+        fut = Future()
+        self._put(functools.partial(_fill, fut, contextvars.copy_context(), fn, args, kwargs))
+        return fut
+
+def _fill(fut:Future, ctx, fn, args, kwargs):
+    if fut.set_running_or_notify_cancel():
+        try: fut.set_result(ctx.run(fn, *args, **kwargs))
+        except BaseException as e: fut.set_exception(e)
 
 # %% ../nbs/03_tools.ipynb #c444367a
 @patch
@@ -561,18 +580,45 @@ def _next(self:_Workers):
             continue  # a job has claimed a waiting thread: it is on its way
         if not job[-1]:
             with self._lock: self._idle -= 1  # a job nobody claimed (all threads were busy): this one is busy now
-        return job
+        return job[0]
 
 @patch
 def _work(self:_Workers):
     while (job := self._next()) is not None:
-        fut, ctx, fn, args, kwargs, _ = job
-        if fut.set_running_or_notify_cancel():
-            try: fut.set_result(ctx.run(fn, *args, **kwargs))
-            except BaseException as e: fut.set_exception(e)
-        del job, fut, ctx, fn, args, kwargs
+        job()
+        del job  # an abandoned call's result is not kept alive by an idle thread
 
 _workers = _Workers()
+
+# %% ../nbs/03_tools.ipynb #5d12e17f
+_new_lock = _thread.allocate_lock
+
+class _Call:
+    "One sync call handed to a worker: run once, or dropped unstarted; `outcome` is set before `done` is released."
+    __slots__ = ('ctx', 'fn', 'kw', 'claim', 'done', 'outcome')
+    def __init__(self, fn:Callable, kw:dict):
+        self.ctx, self.fn, self.kw = contextvars.copy_context(), fn, kw
+        self.claim, self.done, self.outcome = _new_lock(), _new_lock(), None
+        self.done.acquire()
+
+    def __call__(self):
+        "Run in a worker, unless the caller dropped the call first."
+        if not self.claim.acquire(False): return
+        try: self.outcome = 'ok', self.ctx.run(self.fn, **self.kw)
+        except BaseException as e: self.outcome = 'tool_error', e
+        self.ctx = self.fn = self.kw = None
+        self.done.release()
+
+    def drop(self) -> bool:
+        "Drop the call if no worker has started it; whether it was dropped."
+        return self.claim.acquire(False)
+
+@patch
+def call(self:_Workers, fn:Callable, kw:dict) -> _Call:
+    "`fn(**kw)` in a worker, for a caller that waits on `done`; when every thread is busy it waits in the queue."
+    c = _Call(fn, kw)
+    self._put(c)
+    return c
 
 # %% ../nbs/03_tools.ipynb #1b31df22
 class LoopThread:
@@ -608,11 +654,10 @@ def _run_inline(t:Tool, kw:dict) -> tuple:
     except Exception as e: return 'tool_error', e
 
 def _run_thread(t:Tool, kw:dict, timeout:float) -> tuple:
-    fut = _workers.submit(t.fn, **kw)
-    try: return 'ok', fut.result(timeout)
-    except Exception: pass  # the tool's own error, or the deadline: `done()` tells which
-    if fut.done() and not fut.cancelled(): return _settled(fut)
-    return ('busy' if fut.cancel() else 'timeout'), timeout  # a call still queued is dropped unstarted
+    c = _workers.call(t.fn, kw)
+    if c.done.acquire(timeout=timeout): return c.outcome
+    if c.drop(): return 'busy', timeout  # still queued at the deadline: dropped unstarted
+    return c.outcome or ('timeout', timeout)  # it may have finished just now
 
 async def _run_async(t:Tool, kw:dict, timeout:float|None) -> tuple:
     "Run any tool on the running loop: async tools as a task, sync ones in a worker thread."
@@ -849,28 +894,35 @@ def _start(self:ToolRegistry, name, args, call_id) -> tuple:
     if isinstance(prep, Observation): prep.duration = perf_counter() - t0
     return t0, call_id, prep
 
+def _keyed(t:Tool, kw:dict, key:str|None) -> dict:
+    "The arguments a tool is run with: for one that takes an `idempotency_key`, `key` or a fresh one added."
+    if not t.takes_key: return kw
+    return kw | {KEY_PARAM: uuid.uuid4().hex if key is None else key}
+
 @patch
 def call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCall`
          args:dict|str|list|None=None, # the model's arguments; a JSON string is fine
-         call_id:str|None=None) -> Observation: # the model's call id, kept on the observation
+         call_id:str|None=None, # the model's call id, kept on the observation
+         key:str|None=None) -> Observation: # idempotency key for a tool that takes one; None: a fresh one
     "Call a tool from sync code (also inside a running event loop); model mistakes come back as observations."
     t0, call_id, prep = self._start(name, args, call_id)
     if isinstance(prep, Observation): return prep
     t, kw, notes = prep
-    timeout = self._limits(t)[0]
-    if t.is_async: outcome = run_sync(_run_async(t, kw, timeout))
-    else: outcome = _run_thread(t, kw, timeout) if timeout else _run_inline(t, kw)
+    timeout, run_kw = self._limits(t)[0], _keyed(t, kw, key)
+    if t.is_async: outcome = run_sync(_run_async(t, run_kw, timeout))
+    else: outcome = _run_thread(t, run_kw, timeout) if timeout else _run_inline(t, run_kw)
     return self._observe(t, kw, notes, outcome, call_id, t0)
 
 # %% ../nbs/03_tools.ipynb #f2a63f87
 @patch
 async def acall(self:ToolRegistry, name:str|ToolCall, args:dict|str|list|None=None,
-                call_id:str|None=None) -> Observation:
+                call_id:str|None=None, key:str|None=None) -> Observation:
     "Call a tool from async code, on the running loop; sync tools run in a worker thread so the loop stays free."
     t0, call_id, prep = self._start(name, args, call_id)
     if isinstance(prep, Observation): return prep
     t, kw, notes = prep
-    return self._observe(t, kw, notes, await _run_async(t, kw, self._limits(t)[0]), call_id, t0)
+    outcome = await _run_async(t, _keyed(t, kw, key), self._limits(t)[0])
+    return self._observe(t, kw, notes, outcome, call_id, t0)
 
 # %% ../nbs/03_tools.ipynb #0842fe67
 _SCALARS = (str, int, float, bool, type(None))
@@ -891,20 +943,33 @@ def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a who
     return t.name, json.loads(pydantic_core.to_json(full, fallback=str))
 
 # %% ../nbs/03_tools.ipynb #4bd6ef28
-@patch
-async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict]) -> list[Observation]:
-    "Run several calls concurrently; the observations come back in the order of `calls`."
+def _calls_keys(calls:Iterable, keys:list|None) -> tuple[list[ToolCall], list]:
+    "The calls as `ToolCall`s, and one idempotency key (or None) for each."
     calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
-    gate = asyncio.Semaphore(self.max_parallel or max(len(calls), 1))
-    async def one(c):
-        async with gate: return await self.acall(c)  # a call's timeout counts from when it starts
-    return list(await asyncio.gather(*map(one, calls)))
+    keys = [None] * len(calls) if keys is None else list(keys)
+    if len(keys) != len(calls): raise ValueError(f"{len(keys)} keys for {len(calls)} calls: give one per call, or none")
+    return calls, keys
+
+def _key_kw(key) -> dict:
+    "`key=` for a call only when there is a key, so a registry whose `call` predates keys still works."
+    return {} if key is None else {'key': key}
 
 @patch
-def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict]) -> list[Observation]:
+async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
+                     keys:list|None=None) -> list[Observation]: # one idempotency key (or None) per call
+    "Run several calls concurrently; the observations come back in the order of `calls`."
+    calls, keys = _calls_keys(calls, keys)
+    gate = asyncio.Semaphore(self.max_parallel or max(len(calls), 1))
+    async def one(c, k):
+        async with gate: return await self.acall(c, **_key_kw(k))  # a call's timeout counts from when it starts
+    return list(await asyncio.gather(*map(one, calls, keys)))
+
+@patch
+def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
+              keys:list|None=None) -> list[Observation]: # one idempotency key (or None) per call
     "Run several calls concurrently from sync code (also inside a running event loop); one call skips the loop."
-    calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
-    return [self.call(calls[0])] if len(calls) == 1 else run_sync(self.acall_many(calls))
+    calls, keys = _calls_keys(calls, keys)
+    return [self.call(calls[0], **_key_kw(keys[0]))] if len(calls) == 1 else run_sync(self.acall_many(calls, keys))
 
 # %% ../nbs/03_tools.ipynb #c725ac92
 @patch(cls_method=True)
