@@ -4,18 +4,19 @@
 
 # %% ../nbs/05a_kernel.ipynb #e804ee59
 from __future__ import annotations
-import copy, json, threading, time
+import copy, hashlib, json, threading, time
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Iterator
 from .core import *
 from .config import load_settings
 from .tools import ToolRegistry
-from .llm import ChatModel, LLMResponse
+from .llm import ChatModel, LLMResponse, as_response
 
 # %% auto #0
 __all__ = ['NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note', 'llm_error_safeguards',
            'model_call', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'call_key',
-           'Journal', 'ReplayModel', 'watched', 'rewired', 'Diverged', 'carry_on']
+           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
+           'fork_events']
 
 # %% ../nbs/05a_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -250,18 +251,22 @@ class ReplayModel(ChatModel):
 # %% ../nbs/05a_kernel.ipynb #ee41ce64
 def watched(reg:ToolRegistry, # the registry
             before:Callable|None=None, # (call) -> an observation that answers it instead, or None to run it
-            after:Callable|None=None) -> ToolRegistry: # (call, observation) -> the observation, as each call returns
+            after:Callable|None=None, # (call, observation) -> the observation, as each call returns
+            key:Callable|None=None) -> ToolRegistry: # (call) -> the idempotency key for a tool that takes one
     "A copy of `reg` whose tool calls pass through `before` and `after`; the registry itself is left as it is."
     out, call, acall = copy.copy(reg), reg.call, reg.acall
+    def keyed(c, kw):
+        if key is None or 'key' in kw or not getattr(reg.resolve(c.tool), 'takes_key', False): return kw
+        return kw if (k := key(c)) is None else {**kw, 'key': k}
     def run(c, *a, **kw):
         if not isinstance(c, ToolCall): return call(c, *a, **kw)
         if before is not None and (o := before(c)) is not None: return o
-        o = call(c, *a, **kw)
+        o = call(c, *a, **keyed(c, kw))
         return o if after is None else after(c, o)
     async def arun(c, *a, **kw):
         if not isinstance(c, ToolCall): return await acall(c, *a, **kw)
         if before is not None and (o := before(c)) is not None: return o
-        o = await acall(c, *a, **kw)
+        o = await acall(c, *a, **keyed(c, kw))
         return o if after is None else after(c, o)
     out.call, out.acall = run, arun
     return out
@@ -286,6 +291,32 @@ def _not_again(c:ToolCall) -> Observation:
     return Observation(tool=c.tool, ok=False, error='tool_error', call_id=c.id, args=c.args,
                        content=NOT_AGAIN.format(call=said))
 
+def idempotency_key(run_id:str, # the stored run
+                    index:int, # the step the call was made in
+                    c:ToolCall, # the call
+                    n:int=0) -> str: # how many times the same call was made in that step before
+    "The key a call gets in a stored run: the same each time the run is carried on, so the tool can do it once."
+    return hashlib.sha256(f"{run_id}\n{index}\n{call_key(c)}\n{n}".encode('utf-8', 'surrogatepass')).hexdigest()[:32]
+
+class Calls:
+    "The tool calls of a run as its `tool_start` events show them: the step of each, and its idempotency key."
+    def __init__(self, run_id:str=''): self.run_id, self.made, self.times, self.lock = run_id, {}, Counter(), threading.Lock()
+    def see(self, e):
+        "Note the call of a `tool_start` event (other events pass)."
+        if not isinstance(e, ToolStart): return
+        with self.lock:
+            k = (e.index, call_key(e.call))
+            self.made[id(e.call)], self.times[k] = (e.call, e.index, self.times[k]), self.times[k] + 1
+    def _of(self, c:ToolCall) -> tuple|None:
+        got = self.made.get(id(c))
+        return got if got is not None and got[0] is c else None
+    def index(self, c:ToolCall) -> int|None:
+        "The step call `c` was made in, if its `tool_start` was seen."
+        return None if (got := self._of(c)) is None else got[1]
+    def key(self, c:ToolCall) -> str|None:
+        "Call `c`'s idempotency key, if its `tool_start` was seen."
+        return None if (got := self._of(c)) is None else idempotency_key(self.run_id, got[1], c, got[2])
+
 def _extra_key(e) -> str: return e.model_dump_json(exclude={'at', 'group'})
 
 def _same(a:Step, b:Step) -> bool:
@@ -297,6 +328,18 @@ def _same(a:Step, b:Step) -> bool:
 class Diverged(RuntimeError):
     "A run made again from its journal went another way than the stored one."
 
+def _replaying(agent, j:Journal, calls:Calls, after:Callable|None=None):
+    "`agent` answered from journal `j`: its model's replies, its tools' results; a call that had started is keyed."
+    def answered(reg):
+        def before(c):
+            i = calls.index(c)
+            if (o := j.result(i, c)) is not None: return o
+            t = reg.resolve(c.tool)
+            if t is None or not t.side_effects or not j.started(i, c): return None
+            return None if t.takes_key else _not_again(c)  # with its key the tool can tell it did it already
+        return watched(reg, before, after, calls.key)
+    return rewired(agent, lambda m: ReplayModel(m, j), answered)
+
 def carry_on(agent, # the agent the run was made with (the same architecture, tools and settings)
              question:str, # the run's question
              events:list, # the run's stored events
@@ -304,20 +347,13 @@ def carry_on(agent, # the agent the run was made with (the same architecture, to
              **kw) -> Iterator: # for `agent.stream`: meta, head
     "The events that finish a stored run: the agent runs again from its journal; only what is new is yielded."
     evs = [event_from_json(e) if isinstance(e, dict) else e for e in events]
-    j, made = Journal(evs, getattr(agent, 'mode', 'json')), {}  # made: id(call) -> the step index it was made in
-    def answered(reg):
-        def before(c):
-            i = made.get(id(c))
-            if (o := j.result(i, c)) is not None: return o
-            t = reg.resolve(c.tool)
-            return _not_again(c) if t is not None and t.side_effects and j.started(i, c) else None
-        return watched(reg, before, after)
-    wired = rewired(agent, lambda m: ReplayModel(m, j), answered)
-    stored = [e.step for e in evs if isinstance(e, StepEnd)]
+    j = Journal(evs, getattr(agent, 'mode', 'json'))
+    calls = Calls((kw.get('meta') or {}).get('run_id') or (evs[0].meta.get('run_id', '') if evs else ''))
+    wired, stored = _replaying(agent, j, calls, after), [e.step for e in evs if isinstance(e, StepEnd)]
     extras = Counter(_extra_key(e) for e in evs if isinstance(e, EXTRA_EVENTS))
     passed = 0
     for e in wired.stream(question, **{k: v for k, v in kw.items() if v is not None}):
-        if isinstance(e, ToolStart): made[id(e.call)] = e.index
+        calls.see(e)
         if isinstance(e, RunStart): continue
         if isinstance(e, EXTRA_EVENTS) and extras[k := _extra_key(e)] > 0: extras[k] -= 1; continue
         if passed < len(stored) and not isinstance(e, RunEnd):
@@ -328,3 +364,46 @@ def carry_on(agent, # the agent the run was made with (the same architecture, to
                 passed += 1
             continue
         yield e
+
+# %% ../nbs/05a_kernel.ipynb #79e3c90a
+def _texts(s:Step, observation) -> dict[int, str]:
+    "What each call position of step `s` returns instead: `observation` as a text, a list, or {position: text}."
+    if not s.actions: raise ValueError(f"Step {s.index} called no tool: replace its model_output instead.")
+    texts = observation if isinstance(observation, dict) else dict(enumerate(
+        [observation] if isinstance(observation, str) else observation))
+    if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
+        f"Step {s.index} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
+    return {k: str(v) for k, v in texts.items()}
+
+def _played(wired, calls:Calls, question:str, kw:dict) -> Iterator:
+    for e in wired.stream(question, **{k: v for k, v in kw.items() if v is not None}):
+        calls.see(e)
+        yield e
+
+# %% ../nbs/05a_kernel.ipynb #dd6f97ba
+def fork_events(agent, # the agent that carries on (the run's architecture and tools; its model answers from `step`)
+                run:Run, # any run, live or loaded from a trace
+                step:int, # the step to change: earlier steps are kept as they were
+                model_output=None, # the model's reply at `step` instead of asking it (a str or LLMResponse)
+                observation=None, # what the calls at `step` returned instead: a text, a list, {position: text}
+                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
+                meta:dict|None=None, # more labels for the fork's `RunStart.meta` (a `run_id` keys its calls)
+                after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
+    "Carry `run` on from step `step` as a new run of any architecture, yielding its events; arguments checked at once."
+    steps, mode = {s.index: s for s in run.steps}, getattr(agent, 'mode', 'json')
+    if step not in steps: raise ValueError(f"The run has no step {step}; its steps are {list(steps)}.")
+    if model_output is not None and observation is not None:
+        raise ValueError("Give model_output or observation, not both.")
+    s, j = steps[step], Journal(run.events(), mode, upto=step)
+    if model_output is not None:
+        if not (s.usage.llm_calls or s.raw): raise ValueError(f"Step {step} made no model call: replace its observation.")
+        j.replies.append(as_response(model_output))
+    if observation is not None:
+        texts = _texts(s, observation)
+        if s.usage.llm_calls: j.replies.append(_reply(s, None, s.actions, mode))
+        for k, (c, o) in enumerate(zip(s.actions, s.observations)):
+            new = o.model_copy(update={'content': texts[k], 'ok': True, 'error': None}) if k in texts else o
+            j.results[(step, call_key(c))].append(new)
+    labels = {**(meta or {}), 'fork_step': step, 'parent': parent}
+    calls = Calls(labels.get('run_id') or '')
+    return _played(_replaying(agent, j, calls, after), calls, run.question, {'meta': labels, 'head': run.meta.get('head')})

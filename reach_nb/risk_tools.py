@@ -978,6 +978,7 @@ CREATE TABLE IF NOT EXISTS tasks (n INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT
   created TEXT);
 CREATE TABLE IF NOT EXISTS results (task_id TEXT NOT NULL, step INTEGER NOT NULL, result TEXT NOT NULL,
   PRIMARY KEY (task_id, step));
+CREATE TABLE IF NOT EXISTS call_keys (key TEXT PRIMARY KEY, id TEXT NOT NULL);
 """
 _PREFIX = {'procedures': 'proc', 'tasks': 'task'}
 _JSON_COLS = ('steps', 'frame', 'filters', 'notes')
@@ -1028,12 +1029,18 @@ def _stored(row:dict) -> dict:
 
 # %% ../nbs/21_risk_tools.ipynb #fddfb619
 @patch
-def add(self:WorkspaceStore, table:str, **row) -> str:
-    "Insert a procedure or task; its new id."
+def add(self:WorkspaceStore, table:str,
+        key:str|None=None, # the call's idempotency key: a second add with the same key adds nothing
+        **row) -> str:
+    "Insert a procedure or task; its new id (the id the first add with `key` made, if there was one)."
     row = _stored(row) | {'created': datetime.now().isoformat(timespec='seconds')}
     sql = f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-    with self._connect() as con: n = con.execute(sql, list(row.values())).lastrowid
-    return f"{_PREFIX[table]}_{n:04d}"
+    with self._connect() as con:  # one transaction: the row and its key are written together, or neither
+        if key and (got := con.execute('SELECT id FROM call_keys WHERE key = ?', [str(key)[:200]]).fetchone()):
+            return got[0]
+        made = f"{_PREFIX[table]}_{con.execute(sql, list(row.values())).lastrowid:04d}"
+        if key: con.execute('INSERT INTO call_keys (key, id) VALUES (?, ?)', [str(key)[:200], made])
+    return made
 
 @patch
 def all(self:WorkspaceStore, table:str, status:str|None=None) -> list[dict]:
@@ -1179,7 +1186,8 @@ def _steps_text(steps:list[dict]) -> list[str]:
 def create_procedure(self:RiskWorkspace, name:str, # a short name saying what it is for, e.g. 'spike drivers'
                      # operator steps, e.g. [{"operator": "concentration", "params": {"top": 5}}, {"operator": "trend"}]
                      steps:list[dict],
-                     description:str=''): # what the procedure is meant to find
+                     description:str='', # what the procedure is meant to find
+                     idempotency_key:str|None=None): # set by the registry, not the model: a retry saves nothing twice
     "Save a named analysis procedure, a list of operator steps (see list_operators); returns its procedure_id."
     if not str(name).strip():
         raise ValueError("name must not be empty; say what the procedure is for, e.g. 'spike drivers'")
@@ -1187,7 +1195,7 @@ def create_procedure(self:RiskWorkspace, name:str, # a short name saying what it
         raise ValueError(f"give 1 to 10 steps, got {len(steps or [])}; "
                          f"e.g. [{json.dumps(_example_step(OPERATORS['concentration']))}]")
     checked = [check_step(s, i) for i, s in enumerate(steps, 1)]
-    pid = self.store.add('procedures', name=str(name).strip(), description=description, steps=checked)
+    pid = self.store.add('procedures', idempotency_key, name=str(name).strip(), description=description, steps=checked)
     return '\n'.join([f"Created procedure {pid} '{str(name).strip()}' with {len(checked)} steps:",
                       *_steps_text(checked),
                       f"Next: create_task(procedure_id='{pid}', start='YYYY-MM-DD', end='YYYY-MM-DD')"])
@@ -1219,7 +1227,8 @@ def create_task(self:RiskWorkspace, procedure_id:str, # from create_procedure, e
                 filters:dict|None=None, # only these values, e.g. {"game_id": "g02"} or {"channel_id": ["c05", "c07"]}
                 dataset:str='transactions', # the payments dataset the steps run over
                 name:str='', # a short name for the task
-                task_id:str|None=None): # an existing task to change to these settings, instead of creating one
+                task_id:str|None=None, # an existing task to change to these settings, instead of creating one
+                idempotency_key:str|None=None): # set by the registry, not the model: a retry creates nothing twice
     ("Create an analysis task (a procedure over a date window vs a baseline, maybe filtered), "
      "or update the task `task_id`.")
     if self._dataset(dataset) != 'transactions': raise ValueError(
@@ -1232,7 +1241,7 @@ def create_task(self:RiskWorkspace, procedure_id:str, # from create_procedure, e
     name = str(name).strip() or f"{proc['name']} {window.start}..{window.end}"
     row = dict(name=name, procedure_id=proc['id'], dataset='transactions', frame=window.model_dump(mode='json'),
                filters=filters, notes=notes)
-    tid = self.store.add('tasks', **row) if old is None else self._replace_task(old['id'], row)
+    tid = self.store.add('tasks', idempotency_key, **row) if old is None else self._replace_task(old['id'], row)
     return _task_text('Updated' if old else 'Created', tid, name, proc, window, filters, notes)
 
 # %% ../nbs/21_risk_tools.ipynb #52df2737

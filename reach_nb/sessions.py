@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from .config import load_settings, resolve_path
 from .core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
                            ToolStart, Usage, UserError, event_from_json)
-from .kernel import Diverged, carry_on, rewired, watched
+from .kernel import Calls, Diverged, carry_on, fork_events, rewired, watched
 from .tools import ToolRegistry
 
 # %% auto #0
@@ -337,7 +337,7 @@ class SessionLog:
                  skip:Iterable[str]=()): # event types not to store, e.g. ('token',): model_output has the text
         self.store, self.run_id, self.skip = store, run_id, frozenset(skip)
         store._need(run_id, 'SessionLog')
-        self._lock, self._calls, self._early = threading.RLock(), {}, {}  # calls in flight; results stored early
+        self._lock, self.calls, self._early = threading.RLock(), Calls(run_id), {}  # the run's calls; results stored
 
     @classmethod
     def new(cls, store:SessionStore, session_id:str, question:str='', skip:Iterable[str]=(), **kw) -> SessionLog:
@@ -361,8 +361,7 @@ def __call__(self:SessionLog, e):
     with self._lock:
         if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), None) is e.observation: return e
         self.store.append(self.run_id, e)
-        if isinstance(e, ToolStart): self._calls[id(e.call)] = (e.call, e.index)
-        elif isinstance(e, StepEnd): self._calls = {k: v for k, v in self._calls.items() if v[1] != e.step.index}
+        self.calls.see(e)
     return e
 
 # %% ../nbs/07_sessions.ipynb #a1c0e003
@@ -372,8 +371,8 @@ def tool_done(self:SessionLog, c:ToolCall, # a call whose `tool_start` this log 
     "Store the result of call `c` now, with the call, not when its whole step is done; returns `o`."
     if 'tool_end' in self.skip: return o
     with self._lock:
-        if (got := self._calls.get(id(c))) and got[0] is c:
-            self.store.append(self.run_id, ToolEnd(index=got[1], observation=o, call=c))
+        if (i := self.calls.index(c)) is not None:
+            self.store.append(self.run_id, ToolEnd(index=i, observation=o, call=c))
             self._early[id(o)] = o
     return o
 
@@ -507,8 +506,8 @@ def open_store(where:str|Path|None=None) -> SessionStore:
 
 # %% ../nbs/07_sessions.ipynb #b7d10002
 def _reporting(agent, log:SessionLog):
-    "A copy of `agent` (and of the agents it hands questions to) whose tool calls give each result to `log` at once."
-    return rewired(agent, tools=lambda reg: watched(reg, after=log.tool_done))
+    "A copy of `agent` (and the agents it hands questions to) giving each result to `log` at once, each call its key."
+    return rewired(agent, tools=lambda reg: watched(reg, after=log.tool_done, key=log.calls.key))
 
 def _given(**kw) -> dict: return {k: v for k, v in kw.items() if v is not None}
 
@@ -556,19 +555,22 @@ def resume_session(store:SessionStore, session_id:str, agent, on_event:Callable|
 # %% ../nbs/07_sessions.ipynb #b7d10050
 def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as it is
          step:int, # the step to change: the steps before it are kept
-         agent, # the agent that carries on (same tools; its model answers from `step` on); it needs `fork_events`
+         agent, # the agent that carries on (the run's architecture and tools; its model answers from `step` on)
          model_output=None, # the model's reply at `step` instead (a str or LLMResponse)
          observation:str|list[str]|None=None, # what the call(s) at `step` returned instead
          on_event:Callable|None=None) -> str: # called with each event once it is stored
     "Fork run `run_id` at `step` into a new run of the same session; returns the new run's **id** (`fork_run`: the run)."
     info = store._need(run_id, 'fork')
     run, kw = store.run(run_id), dict(model_output=model_output, observation=observation)
-    try: agent.fork_events(run, step, **kw)  # checks the arguments before anything is stored
+    own = getattr(agent, 'fork_events', None)  # ReAct forks its own way; every other architecture through the kernel
+    try: own(run, step, **kw) if own else fork_events(agent, run, step, **kw)  # checks the arguments, stores nothing
     except ValueError as e:
         raise ValueError(f"Error: cannot fork run {run_id[:12]} at step {step} in fork: {e}") from None
     log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id, fork_step=step)
     labels = {'run_id': log.run_id, 'session_id': info.session_id}
-    for e in log.record(_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels, **kw)):
+    events = (_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels, **kw) if own else
+              fork_events(agent, run, step, parent=run_id, meta=labels, after=log.tool_done, **kw))
+    for e in log.record(events):
         if on_event is not None: on_event(e)
     return log.run_id
 

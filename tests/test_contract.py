@@ -1,0 +1,126 @@
+"""The contract every architecture of the registry keeps, run over each of them (`AGENTS`): the same safeguards for a
+model that cannot be reached, an error observation for a tool that raises, streamed tokens that add up to the
+reply, the caller's labels on the run, resume when only the end was lost, and a fork at any model step."""
+import functools
+from collections import Counter
+
+import pytest
+
+from reach_nb.core import ModelOutput, Run, RunEnd, TokenDelta
+from reach_nb.kernel import rewired
+from reach_nb.llm import ChatModel, LLMError
+from reach_nb.risk_tools import RiskWorkspace
+from reach_nb.risk_data import ensure_dataset
+from reach_nb.sessions import SQLiteSessionStore, fork_run, record, resume
+from reach_nb.sim_analyst import AGENTS, SPIKE_QUESTION, SimAnalyst, data_note, make_agent, risk_tools
+from reach_nb.tools import ToolRegistry
+
+TOOLED = [a for a in AGENTS if a != 'chat']
+
+
+@pytest.fixture(scope='module')
+def ws(tmp_path_factory):
+    with RiskWorkspace(ensure_dataset(), store=tmp_path_factory.mktemp('ws')/'ws.sqlite') as w: yield w
+
+
+def agent_of(arch:str, ws, llm=None, tools=None):
+    return make_agent(arch, llm or SimAnalyst(), tools or risk_tools(ws), data_note(ws))
+
+
+class Down(ChatModel):
+    "A model whose server answers 503 to every call, after two retries."
+    name = 'down'
+    def _complete(self, *a): raise LLMError('503 Service Unavailable', status=503, retries=2)
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_a_model_that_cannot_be_reached(arch, ws):
+    "Every architecture records the failed call the same way: `llm_error`, then `retry` with the retries made."
+    run = agent_of(arch, ws, Down()).run(SPIKE_QUESTION)
+    failed = [s for s in run.steps if any(g.kind == 'llm_error' for g in s.safeguards)]
+    assert run.stop_reason == 'llm_error' and failed
+    for s in failed:
+        assert [g.kind for g in s.safeguards][:2] == ['llm_error', 'retry'], s.safeguards
+        assert 'LLMError: 503 Service Unavailable' in s.safeguards[0].detail
+        assert s.safeguards[1].detail.startswith('The model call was retried 2 times') and 'still failed' in s.safeguards[1].detail
+
+
+def raising(fn):
+    "`fn`'s signature and docs, but it raises."
+    @functools.wraps(fn)
+    def down(*a, **kw): raise RuntimeError('the analytics service is down')
+    return down
+
+
+@pytest.mark.parametrize('arch', TOOLED)
+def test_a_raising_tool_is_an_error_observation(arch, ws):
+    "A tool that raises never crashes a run: the call's observation says what failed, and a safeguard records it."
+    tools = ToolRegistry([raising(f) for f in ws.tools()])
+    run = agent_of(arch, ws, tools=tools).run(SPIKE_QUESTION)
+    obs = [o for s in run.steps for o in s.observations if o.tool != '(agent)']
+    ran = [o for o in obs if not o.content.startswith(('Not run', 'You already called'))]  # not refused or blocked
+    assert run.stop_reason != 'error' and ran and not any(o.ok for o in obs)
+    assert all(o.error == 'tool_error' and 'the analytics service is down' in o.content for o in ran)
+    assert any(g.kind == 'tool_error' for s in run.steps for g in s.safeguards)
+
+
+def streaming(agent):
+    "`agent`, and the agents it hands questions to, with token streaming on."
+    agent.stream_tokens = True
+    for a in getattr(agent, 'agents', {}).values(): streaming(a)
+    return agent
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_streamed_tokens_add_up_to_each_reply(arch, ws):
+    events = list(streaming(agent_of(arch, ws)).stream(SPIKE_QUESTION))
+    said = {e.index: e.raw for e in events if isinstance(e, ModelOutput)}
+    tokens = {}
+    for e in events:
+        if isinstance(e, TokenDelta): tokens[e.index] = tokens.get(e.index, '') + e.text
+    assert tokens and tokens == {i: said[i] for i in tokens}, 'tokens that do not make the reply'
+    assert set(said) <= set(tokens) | {i for i in said if not said[i]}, 'a reply that did not stream'
+    assert Run.from_events(events).stop_reason == 'answer'
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_labels_given_to_stream_are_on_the_run(arch, ws):
+    run = Run.from_events(agent_of(arch, ws).stream(SPIKE_QUESTION, meta={'run_id': 'r-1', 'user': 'ana'}))
+    assert (run.meta['run_id'], run.meta['user'], run.stop_reason) == ('r-1', 'ana', 'answer')
+
+
+class Counted(ChatModel):
+    "A model that counts its calls."
+    def __init__(self, inner): super().__init__(inner.name); self.inner, self.n, self.meta = inner, 0, inner.meta
+    def _complete(self, messages, tools, json_mode, temperature):
+        self.n += 1
+        return self.inner._complete(messages, tools, json_mode, temperature)
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_resume_when_only_the_end_was_lost(arch, ws, tmp_path):
+    "A run whose process died after its last step is finished from the store without asking the model again."
+    with SQLiteSessionStore(tmp_path/'s.sqlite') as store:
+        whole = record(store, agent_of(arch, ws), SPIKE_QUESTION, 's')
+        run_id, events = whole.meta['run_id'], store.events(whole.meta['run_id'])
+        cut = store.new_run('s', question=SPIKE_QUESTION)
+        for e in events:
+            if not isinstance(e, RunEnd): store.append(cut, e)
+        llm = Counted(SimAnalyst())
+        again = resume(store, cut, agent_of(arch, ws, llm))
+    assert (again.answer, again.stop_reason, llm.n) == (whole.answer, 'answer', 0)
+    assert again.usage.llm_calls == whole.usage.llm_calls
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_fork_at_a_model_step(arch, ws, tmp_path):
+    "A fork at the run's last model step, given the reply it had, ends as the run did; the earlier steps are not redone."
+    with SQLiteSessionStore(tmp_path/'s.sqlite') as store:
+        whole = record(store, agent_of(arch, ws), SPIKE_QUESTION, 's')
+        last = max(s.index for s in whole.steps if s.usage.llm_calls)
+        llm = Counted(SimAnalyst())
+        forked = fork_run(store, whole.meta['run_id'], last, agent_of(arch, ws, llm),
+                          model_output=next(s.raw for s in whole.steps if s.index == last))
+    assert (forked.answer, forked.stop_reason, llm.n) == (whole.answer, 'answer', 0)
+    assert (forked.meta['fork_step'], forked.meta['parent']) == (last, whole.meta['run_id'])
+    assert [s.index for s in forked.steps] == [s.index for s in whole.steps]
