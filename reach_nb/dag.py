@@ -12,9 +12,10 @@ from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, text_chunks
-from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, check_plan, closing_step, end_blocked
+from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan, closing_step, end_blocked
 from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
-from .kernel import call_usage, default_registry, llm_error_safeguards, retried_note
+from .kernel import call_usage, check_safeguards, default_registry, llm_error_safeguards, retried_note
+from .kernel import switched_tools
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -148,12 +149,14 @@ class DAGAgent(PlanningAgent):
                  max_replans:int=2, # new plans the join may ask for, at most
                  max_tasks:int=20, # tasks in one plan at most
                  max_corrections:int=2, # correction rounds per model step before giving up
+                 safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  stream_plan:bool=False, # stream the plan a task per line, starting each task as its line arrives
                  background:str='', # what the planner should know
                  temperature:float|None=None, # for every model call; None: the model's default
                  context=None, # accepted as every agent accepts it; unused: this agent makes no ReAct sub-runs
                  name:str='dag'): # the agent's name in traces
-        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else default_registry(tools)
+        self.safeguards = check_safeguards(safeguards)
+        self.llm, self.tools = llm, switched_tools(default_registry(tools), self.safeguards)
         self.max_parallel, self.max_replans = max(1, int(max_parallel)), max(0, int(max_replans))
         self.max_tasks, self.max_corrections, self.stream_plan = max_tasks, max_corrections, bool(stream_plan)
         self.background, self.temperature, self.context, self.name = background, temperature, context, name
@@ -173,8 +176,7 @@ class _DagRun:
     def ask(self, sent:list[dict], expected:str, check:Callable):
         "`ask_json` with the agent's settings at the next step index; returns the object, or None."
         value, steps = yield from ask_json(self.a.llm, sent, self.next, expected, check=check,
-                                           max_corrections=self.a.max_corrections, temperature=self.a.temperature,
-                                           stream=self.a.stream_tokens)
+                                           temperature=self.a.temperature, **asking(self.a))
         self.add(*steps)
         return value
 

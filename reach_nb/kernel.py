@@ -13,10 +13,10 @@ from .tools import ToolRegistry
 from .llm import ChatModel, LLMResponse, as_response
 
 # %% auto #0
-__all__ = ['NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note', 'llm_error_safeguards',
-           'model_call', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'call_key',
-           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
-           'fork_events']
+__all__ = ['SAFEGUARDS', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note',
+           'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools', 'strict_only',
+           'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'call_key', 'Journal',
+           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_events']
 
 # %% ../nbs/05a_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -84,6 +84,42 @@ def model_call(llm:ChatModel, # the model
         step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries, resp.malformed_retries)))
     return resp
 
+# %% ../nbs/05a_kernel.ipynb #7dfc5ccc
+SAFEGUARDS = {  # what `safeguards=...` switches off in an agent, and what each does when on
+    'tolerant_parsing': 'repair a reply that is almost JSON and use tool calls written in its text '
+                        '(off: json.loads alone, anything else is a failed reply)',
+    'correction': 'send a failed reply back with what was wrong and the expected format (off: it ends the run)',
+    'suggestions': 'say which tool or parameter an unknown name probably meant (a registry option)',
+    'coercion': 'take parameter synonyms, case variants and values of a near type (a registry option)',
+    'repeat_guard': "restate a repeated call's result instead of running it again (off: every call runs; ReAct)"}
+
+def check_safeguards(switches:dict|None=None) -> dict[str, bool]: # e.g. {'correction': False}
+    "Every safeguard of `SAFEGUARDS` with whether it is on: all of them, except those `switches` turns off."
+    switches = dict(switches or {})
+    if bad := [k for k in switches if k not in SAFEGUARDS]:
+        raise ValueError(f"Unknown safeguard(s) {bad}: use {', '.join(map(repr, SAFEGUARDS))}.")
+    if bad := [k for k, v in switches.items() if not isinstance(v, bool)]:
+        raise ValueError(f"A safeguard is switched with True or False, got {switches[bad[0]]!r} for {bad[0]!r}.")
+    return {k: switches.get(k, True) for k in SAFEGUARDS}
+
+def switched_off(switches:dict|None) -> list[str]:
+    "The safeguards `switches` (as `check_safeguards` gives them) turns off."
+    return [k for k, on in (switches or {}).items() if not on]
+
+def switched_tools(tools:ToolRegistry, switches:dict) -> ToolRegistry:
+    "`tools`, or a copy of it with the registry's safeguards that `switches` turns off switched off."
+    off = [k for k in ('suggestions', 'coercion') if not switches[k] and getattr(tools, k, True)]
+    if not off: return tools
+    reg = copy.copy(tools)
+    for k in off: setattr(reg, k, False)
+    return reg
+
+def strict_only(res): # a `ParseResult` from `parse_json`
+    "`res` as a parser without repairs would see it: a reply that needed repairs has failed."
+    if res.level != 'repaired': return res
+    why = f"The reply is not exactly one JSON object (reading it needed: {', '.join(res.repairs)})."
+    return res.model_copy(update=dict(level='failed', value=None, problem='invalid', error=why))
+
 # %% ../nbs/05a_kernel.ipynb #1da3b7b2
 def model_labels(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
 def model_name(llm) -> str: return '' if llm is None else getattr(llm, 'name', type(llm).__name__)
@@ -124,9 +160,10 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     "A run as events: its start, `body`'s events, its end with every step's usage; nothing raises out of it."
     llm, t0, done, open_ = getattr(agent, 'llm', None), time.perf_counter() if t0 is None else t0, list(steps or []), None
     if start:
+        off = {'safeguards_off': off} if (off := switched_off(getattr(agent, 'safeguards', None))) else {}
         notes = tool_notes(getattr(agent, 'tools', None))
         yield RunStart(question=question, agent=agent.name, model=model_name(llm),
-                       meta={**model_labels(llm), **meta, **notes, **(labels or {})})
+                       meta={**model_labels(llm), **meta, **off, **notes, **(labels or {})})
         for s in done: yield StepEnd(step=s)
     try:
         while True:

@@ -17,8 +17,8 @@ from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
 from .react import PROTOCOL, Decision, decide
 from .kernel import known_summary
-from .kernel import default_registry, model_call, run_frame
-from .plan import ask_json, run_plan
+from .kernel import check_safeguards, default_registry, model_call, run_frame, switched_tools
+from .plan import ask_json, asking, run_plan
 
 # %% auto #0
 __all__ = ['WHEN', 'OUTPUTS', 'CHANNELS', 'STAGE_PLACEHOLDERS', 'STAGE_KEYS', 'PIPELINE_KEYS', 'MAX_ITERATIONS',
@@ -314,9 +314,11 @@ class PipelineAgent:
                  tools, # a `ToolRegistry` or a list of tool functions
                  pipeline:Pipeline|str|Path, # a `Pipeline`, or the path of its YAML file
                  max_corrections:int=2, # correction rounds for a stage's JSON reply before the run stops
+                 safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  name:str='pipeline'): # the agent's name in traces
         self.llm, self.max_corrections, self.name = llm, max_corrections, name
-        self.tools = tools if isinstance(tools, ToolRegistry) else default_registry(tools)
+        self.safeguards = check_safeguards(safeguards)
+        self.tools = switched_tools(default_registry(tools), self.safeguards)
         self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 
     channels = staticmethod(channels)
@@ -409,8 +411,7 @@ def _ask(self:_Run, stage:Stage) -> Iterator:
     sent, i, llm = stage_messages(self.p, stage, self.a.tools, **self._values()), self.index + 1, self.a.llm
     if wants_json(stage):
         asked = ask_json(llm, sent, i, stage_format(stage), check=_check_of(stage),
-                         max_corrections=self.a.max_corrections, temperature=stage.temperature,
-                         stream=self.a.stream_tokens)
+                         temperature=stage.temperature, **asking(self.a))
         value, steps = yield from _tagged(asked, stage.name)
     else:
         step, value = yield from text_step(llm, sent, i, stage.temperature, self.a.stream_tokens)

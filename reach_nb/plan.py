@@ -11,17 +11,18 @@ from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
-from .kernel import crash_safeguard, known_summary, model_call, run_frame
+from .kernel import check_safeguards, crash_safeguard, known_summary, model_call, run_frame, strict_only
 
 # %% auto #0
-__all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve', 'task_call',
-           'run_task', 'Schedule', 'end_blocked', 'run_plan', 'work_step', 'unanswered', 'closing_step', 'run_events',
-           'PlanningAgent']
+__all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'asking', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve',
+           'task_call', 'run_task', 'Schedule', 'end_blocked', 'run_plan', 'work_step', 'unanswered', 'closing_step',
+           'run_events', 'PlanningAgent']
 
 # %% ../nbs/10_plan.ipynb #465a4c9a
-def _read(step:Step, schema:dict|None, check:Callable|None) -> tuple[Any, str|None]:
-    "The object in a step's reply, or None and what is wrong with it."
+def _read(step:Step, schema:dict|None, check:Callable|None, strict:bool=False) -> tuple[Any, str|None]:
+    "The object in a step's reply (read without repairs if `strict`), or None and what is wrong with it."
     res = parse_json(step.raw, schema)
+    if strict: res = strict_only(res)
     step.parse_level, step.repairs = res.level, list(res.repairs)
     problem = None if res.ok else res.error
     if problem is None and check is not None:
@@ -44,13 +45,14 @@ def json_step(llm:ChatModel, sent:list[dict], index:int, expected:str, schema:di
               read:Callable|None=None, # step -> the value, read instead of a JSON object; a ValueError if unusable
               fix:Callable|None=None, # (reply, problem) -> the correction, instead of one quoting `expected`
               json_mode:bool=True, # ask the backend for a JSON object
-              stream:bool=False) -> Iterator: # stream the reply as `TokenDelta` events
+              stream:bool=False, # stream the reply as `TokenDelta` events
+              strict:bool=False) -> Iterator: # read the JSON without repairs (tolerant parsing switched off)
     "One model call for a JSON object (or what `read` reads), as a step's events; returns (step, the value or None)."
     yield StepStart(index=index)
     step, value = Step(index=index, prompt=list(sent)), None
     resp = yield from model_call(llm, sent, step, stream, json_mode=json_mode, temperature=temperature)
     if resp is not None:
-        value, problem = _read_with(step, read) if read else _read(step, schema, check)
+        value, problem = _read_with(step, read) if read else _read(step, schema, check, strict)
         yield ModelOutput(index=index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
         step.messages.append({'role': 'assistant', 'content': step.raw})
         if problem:
@@ -74,16 +76,23 @@ def ask_json(llm:ChatModel, # the model
              read:Callable|None=None, # a reader for replies that are not JSON objects (see `json_step`)
              fix:Callable|None=None, # (reply, problem) -> the correction message
              json_mode:bool=True, # ask the backend for a JSON object
-             stream:bool=False) -> Iterator: # stream each reply as `TokenDelta` events
+             stream:bool=False, # stream each reply as `TokenDelta` events
+             strict:bool=False) -> Iterator: # read JSON without repairs
     "Ask for a JSON object, with correction rounds; yields the steps' events, returns (object or None, steps)."
     steps, sent = [], list(messages)
     for _ in range(max_corrections + 1):
         step, value = yield from json_step(llm, sent, index + len(steps), expected, schema, check, temperature,
-                                           read, fix, json_mode, stream)
+                                           read, fix, json_mode, stream, strict)
         steps.append(step)
         if value is not None or not step.usage.llm_calls: return value, steps
         sent = sent + step.messages
     return None, steps
+
+def asking(agent) -> dict:
+    "What `ask_json` takes from an agent's settings: its correction rounds and token streaming, as its safeguards allow."
+    on = getattr(agent, 'safeguards', None) or check_safeguards()
+    return dict(max_corrections=agent.max_corrections if on['correction'] else 0, stream=agent.stream_tokens,
+                strict=not on['tolerant_parsing'])
 
 def reader_check(read:Callable, *args) -> Callable:
     "A `check` for `ask_json`: None when `read(value, *args)` takes the value, else what is wrong with it."

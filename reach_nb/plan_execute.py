@@ -11,8 +11,8 @@ from .core import *
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .context import get_policy, prompt_for
-from .plan import PlanningAgent, ask_json, read_plan, reader_check, resolve, run_events, run_plan, unanswered
-from .kernel import default_registry
+from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve, run_events, run_plan, unanswered
+from .kernel import check_safeguards, default_registry, switched_off, switched_tools
 from .react import ReActAgent
 
 # %% auto #0
@@ -141,6 +141,7 @@ class PlanExecuteAgent(PlanningAgent):
                  max_tasks:int=10, # steps in one plan at most
                  executor_steps:int=4, # max_steps of the ReAct run that works out a goal-only step
                  max_corrections:int=2, # correction rounds per model call whose JSON cannot be used
+                 safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  context=None, # the context policy of those ReAct runs: 'full', 'window:K', 'layered'
                  result_chars:int=1500, # each result is cut to this many characters in prompts
                  background:str='', # what the agent should know: in the planner's prompt and the helpers' background
@@ -148,7 +149,8 @@ class PlanExecuteAgent(PlanningAgent):
         if replan not in ('always', 'on_failure'):
             raise ValueError(f"replan must be 'always' or 'on_failure', got {replan!r}.")
         self.llm, self.replan, self.max_replans, self.max_tasks = llm, replan, max(int(max_replans), 0), max_tasks
-        self.tools = tools if isinstance(tools, ToolRegistry) else default_registry(tools)
+        self.safeguards = check_safeguards(safeguards)
+        self.tools = switched_tools(default_registry(tools), self.safeguards)
         self.executor_steps, self.max_corrections, self.context = executor_steps, max_corrections, get_policy(context)
         self.result_chars, self.background, self.name = result_chars, background, name
     def __repr__(self): return f"PlanExecuteAgent({self.llm!r}, replan={self.replan!r}, max_replans={self.max_replans})"
@@ -169,8 +171,7 @@ class _Execution:
 @patch
 def _ask(self:_Execution, messages:list[dict], expected:str, check) -> Iterator:
     "A model call for JSON, with correction rounds; its steps join the run. Returns the object, or None."
-    value, steps = yield from ask_json(self.a.llm, messages, self.next, expected, check=check,
-                                       max_corrections=self.a.max_corrections, stream=self.a.stream_tokens)
+    value, steps = yield from ask_json(self.a.llm, messages, self.next, expected, check=check, **asking(self.a))
     self.steps += steps
     return value
 
@@ -236,7 +237,8 @@ def _delegate(self:_Execution, t:PlanTask) -> Iterator:
     a, first = self.a, self.next
     told = executor_background(self.q, self.done, a.result_chars, a.background)
     sub = ReActAgent(a.llm, a.tools, max_steps=a.executor_steps, max_corrections=a.max_corrections, context=a.context,
-                     name=f'{a.name}/executor', background=told, stream_tokens=a.stream_tokens)
+                     name=f'{a.name}/executor', background=told, stream_tokens=a.stream_tokens,
+                     safeguards=dict.fromkeys(switched_off(a.safeguards), False))
     yield TaskStart(task=t.id, index=first, at=self._now())
     answer, reason = yield from self._forward(sub.stream(t.goal or t.id), t.id, first - 1)
     ok = reason == 'answer'

@@ -14,14 +14,15 @@ from .parse import parse_json, parse_call, correction_message, split_reasoning, 
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, as_response
 from .config import load_settings
-from .kernel import (call_usage, crash_safeguard, default_registry, error_text, known_summary,
-                             llm_error_safeguards, model_call, retried_note, run_frame)
+from .kernel import (SAFEGUARDS, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
+                             known_summary, llm_error_safeguards, model_call, retried_note, run_frame, strict_only,
+                             switched_off, switched_tools)
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
-__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'SAFEGUARDS', 'ASK_USER', 'Dialect',
-           'get_dialect', 'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message',
-           'check_safeguards', 'ReActAgent', 'strict_only', 'ask_user', 'pending_question', 'tool_step_messages']
+__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'ASK_USER', 'Dialect', 'get_dialect',
+           'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message', 'ReActAgent', 'ask_user',
+           'pending_question', 'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -249,32 +250,8 @@ def _internal(e:BaseException, where:str) -> Safeguard: return crash_safeguard(e
 def _fired(step:Step, kind:str) -> bool: return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
 
 # %% ../nbs/06_react.ipynb #5a1e0c02
-SAFEGUARDS = {  # what `ReActAgent(safeguards=...)` can switch off, and what each does when on
-    'tolerant_parsing': 'repair a reply that is almost JSON and use tool calls written in its text '
-                        '(off: json.loads alone, anything else is a failed reply)',
-    'correction': 'send a failed reply back with what was wrong and the expected format (off: it ends the run)',
-    'suggestions': 'say which tool or parameter an unknown name probably meant (a registry option)',
-    'coercion': 'take parameter synonyms, case variants and values of a near type (a registry option)',
-    'repeat_guard': "restate a repeated call's result instead of running it again (off: every call runs)"}
+_off, _switched = switched_off, switched_tools
 
-def check_safeguards(switches:dict|None=None) -> dict[str, bool]: # e.g. {'correction': False}
-    "Every safeguard of `SAFEGUARDS` with whether it is on: all of them, except those `switches` turns off."
-    switches = dict(switches or {})
-    if bad := [k for k in switches if k not in SAFEGUARDS]:
-        raise ValueError(f"Unknown safeguard(s) {bad}: use {', '.join(map(repr, SAFEGUARDS))}.")
-    if bad := [k for k, v in switches.items() if not isinstance(v, bool)]:
-        raise ValueError(f"A safeguard is switched with True or False, got {switches[bad[0]]!r} for {bad[0]!r}.")
-    return {k: switches.get(k, True) for k in SAFEGUARDS}
-
-def _off(switches:dict) -> list[str]: return [k for k, on in switches.items() if not on]
-
-def _switched(tools:ToolRegistry, switches:dict) -> ToolRegistry:
-    "`tools`, or a copy of it with the registry's safeguards that `switches` turns off switched off."
-    off = [k for k in ('suggestions', 'coercion') if not switches[k] and getattr(tools, k, True)]
-    if not off: return tools
-    reg = copy.copy(tools)
-    for k in off: setattr(reg, k, False)
-    return reg
 
 # %% ../nbs/06_react.ipynb #00f163f9
 class ReActAgent:
@@ -450,12 +427,6 @@ def _repaired(self:_Loop, step:Step, what:str):
     step.safeguards.append(Safeguard(kind='repair', detail=f"Used {what}."))
 
 # %% ../nbs/06_react.ipynb #5a1e0c05
-def strict_only(res): # a `ParseResult` from `parse_json`
-    "`res` as a parser without repairs would see it: a reply that needed repairs has failed."
-    if res.level != 'repaired': return res
-    why = f"The reply is not exactly one JSON object (reading it needed: {', '.join(res.repairs)})."
-    return res.model_copy(update=dict(level='failed', value=None, problem='invalid', error=why))
-
 @patch
 def _parse(self:_Loop, text:str):
     "The reply parsed as the agent's safeguards allow: tolerantly, or strictly."
@@ -803,13 +774,10 @@ def _steps(self:_Loop):
 
 
 # %% ../nbs/06_react.ipynb #f1d772de
-def _switches(agent) -> dict: return {'safeguards_off': off} if (off := _off(agent.safeguards)) else {}
-
 @patch
 def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
     "The run as events, in the kernel's run frame: its start (and the steps it carries on from), each step, its end."
-    mine = dict(mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(), head=self.head,
-                **_switches(self.a))
+    mine = dict(mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(), head=self.head)
     return run_frame(self.a, self.q, mine, self._steps(), 'in the agent loop', meta, self.steps, start, t0=self.start)
 
 # %% ../nbs/06_react.ipynb #e6558e33

@@ -11,8 +11,8 @@ from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
-from .plan import PlanningAgent, ask_json, read_plan, refs, run_events, run_plan, unanswered
-from .kernel import default_registry
+from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events, run_plan, unanswered
+from .kernel import check_safeguards, default_registry, switched_tools
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
@@ -328,6 +328,7 @@ class ReWOOAgent(PlanningAgent):
                  max_tasks:int=20, # steps a plan may have at most
                  max_parallel:int=4, # tool calls running at once at most
                  max_corrections:int=2, # correction rounds per model call before giving up
+                 safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  max_evidence_chars:int=4000, # characters of each evidence the solver sees at most
                  background:str='', # what the planner should know
                  temperature:float|None=None, # sampling temperature of every call (None: the backend's)
@@ -336,7 +337,8 @@ class ReWOOAgent(PlanningAgent):
         if plan_format not in PLAN_FORMATS:
             raise UserError(f"unknown plan format {plan_format!r}", 'ReWOOAgent(plan_format=...)',
                             "use 'text' or 'json'")
-        self.llm, self.tools = llm, tools if isinstance(tools, ToolRegistry) else default_registry(tools)
+        self.safeguards = check_safeguards(safeguards)
+        self.llm, self.tools = llm, switched_tools(default_registry(tools), self.safeguards)
         self.plan_format, self.replan_on_failure, self.name = plan_format, bool(replan_on_failure), name
         self.max_tasks, self.max_parallel, self.max_corrections = max_tasks, max_parallel, max_corrections
         self.max_evidence_chars, self.background, self.temperature = max_evidence_chars, background, temperature
@@ -358,8 +360,7 @@ def _plan(self:_ReWOORun, messages:list[dict]) -> Iterator:
     a = self.a
     read, fix = _plan_reader(a.tools, a.max_tasks), _plan_fix(a.plan_format)
     plan, steps = yield from ask_json(a.llm, messages, self.next, PLAN_FORMATS[a.plan_format], read=read, fix=fix,
-                                      max_corrections=a.max_corrections, json_mode=a.plan_format == 'json',
-                                      temperature=a.temperature, stream=a.stream_tokens)
+                                      json_mode=a.plan_format == 'json', temperature=a.temperature, **asking(a))
     self.took(steps)
     if plan is not None:
         self.version += 1
@@ -382,8 +383,7 @@ def _solve(self:_ReWOORun, plan:PlanReading, work:Step) -> Iterator:
     a = self.a
     sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars)
     answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution, fix=_answer_fix,
-                                        max_corrections=a.max_corrections, json_mode=False, temperature=a.temperature,
-                                        stream=a.stream_tokens)
+                                        json_mode=False, temperature=a.temperature, **asking(a))
     self.took(steps)
     return unanswered(self.steps) if answer is None else (answer, 'answer')
 

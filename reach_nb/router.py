@@ -13,8 +13,8 @@ from fastcore.basics import patch
 from .core import *
 from .llm import ChatModel
 from .parse import split_reasoning
-from .plan import ask_json
-from .kernel import known_summary, model_call, run_frame
+from .plan import ask_json, asking
+from .kernel import check_safeguards, known_summary, model_call, run_frame
 
 # %% auto #0
 __all__ = ['CHAT_SYSTEM', 'CUES', 'PERIODS', 'AGENT_ROLES', 'ROUTER_FORMAT', 'ChatAgent', 'entities', 'list_items', 'Verdict',
@@ -270,10 +270,12 @@ class RouterAgent:
                  ask_model:Literal['unsure', 'always']='unsure', # when to ask `llm`
                  roles:dict|None=None, # agent id -> what it is for, told to the model (default `AGENT_ROLES`)
                  max_corrections:int=1, # correction rounds for a reply that is not the expected JSON
+                 safeguards:dict|None=None, # safeguards of its own routing call to switch off: `SAFEGUARDS`
                  name:str='router'): # the router's name in traces
         _check_router(agents, default, ask_model)
         self.agents, self.rules, self.llm, self.default = dict(agents), rules or Rules(), llm, default
         self.ask_model, self.max_corrections, self.name = ask_model, max_corrections, name
+        self.safeguards, self.stream_tokens = check_safeguards(safeguards), False
         self.roles = {k: (roles or {}).get(k) or AGENT_ROLES.get(k) or getattr(a, 'description', '') or k
                       for k, a in self.agents.items()}
         self._ids = {_key(k): k for k in self.agents}
@@ -334,7 +336,7 @@ def _route(self:RouterAgent, question:str) -> Iterator:
     v = self._verdict(question)
     if self.llm is None or (v.sure and self.ask_model == 'unsure'): return self._by_rules(v), []
     value, steps = yield from ask_json(self.llm, router_prompt(question, self.roles, v), 1, ROUTER_FORMAT,
-                                       check=_check_route, max_corrections=self.max_corrections)
+                                       check=_check_route, **asking(self))
     last = steps[-1].index if steps else 0
     if value is None: return self._by_rules(v, last, " (the model's reply could not be used)"), steps
     return self._by_model(value, v, last), steps

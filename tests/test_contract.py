@@ -124,3 +124,42 @@ def test_fork_at_a_model_step(arch, ws, tmp_path):
     assert (forked.answer, forked.stop_reason, llm.n) == (whole.answer, 'answer', 0)
     assert (forked.meta['fork_step'], forked.meta['parent']) == (last, whole.meta['run_id'])
     assert [s.index for s in forked.steps] == [s.index for s in whole.steps]
+
+
+class Garbled(ChatModel):
+    "A model that never writes anything readable."
+    name = 'garbled'
+    def _complete(self, *a):
+        from reach_nb.llm import LLMResponse
+        return LLMResponse(content='Let me think about the channels first...')
+
+
+class Fenced(ChatModel):
+    "The offline analyst, with every reply wrapped in a json code fence, as small models often write."
+    def __init__(self): super().__init__('fenced'); self.inner, self.meta = SimAnalyst(), SimAnalyst().meta
+    def _complete(self, messages, tools, json_mode, temperature):
+        r = self.inner._complete(messages, tools, json_mode, temperature)
+        return r.model_copy(update={'content': f"```json\n{r.content}\n```"})
+
+
+SWITCHED = ['react', 'plan-execute', 'rewoo', 'dag', 'pipeline']
+
+
+@pytest.mark.parametrize('arch', SWITCHED)
+def test_the_correction_round_can_be_switched_off(arch, ws):
+    "With the correction round off, the first unreadable reply ends the run; with it on, the model is asked again."
+    on = agent_of(arch, ws, Garbled()).run(SPIKE_QUESTION)
+    off = make_agent(arch, Garbled(), risk_tools(ws), data_note(ws), safeguards={'correction': False}).run(SPIKE_QUESTION)
+    tried = lambda run: sum(s.parse_level == 'failed' and s.usage.llm_calls for s in run.steps)  # unreadable replies
+    assert (on.stop_reason, off.stop_reason) == ('parse_failures', 'parse_failures')
+    assert tried(off) == 1 < tried(on), (tried(off), tried(on))
+    assert off.meta['safeguards_off'] == ['correction'] and 'safeguards_off' not in on.meta
+
+
+@pytest.mark.parametrize('arch', ['react', 'plan-execute', 'dag', 'pipeline'])
+def test_tolerant_parsing_can_be_switched_off(arch, ws):
+    "Fenced JSON is read with tolerant parsing on; with it off, such a reply is a failed one."
+    on = agent_of(arch, ws, Fenced()).run(SPIKE_QUESTION)
+    off = make_agent(arch, Fenced(), risk_tools(ws), data_note(ws), safeguards={'tolerant_parsing': False}).run(SPIKE_QUESTION)
+    assert on.stop_reason == 'answer' and off.stop_reason == 'parse_failures', (on.stop_reason, off.stop_reason)
+    assert any(s.parse_level == 'repaired' for s in on.steps) and all(s.parse_level != 'repaired' for s in off.steps)
