@@ -418,6 +418,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'reach_nb.kernel._tries': ('kernel.html#_tries', 'reach_nb/kernel.py'),
                                  'reach_nb.kernel.call_key': ('kernel.html#call_key', 'reach_nb/kernel.py'),
                                  'reach_nb.kernel.call_usage': ('kernel.html#call_usage', 'reach_nb/kernel.py'),
+                                 'reach_nb.kernel.cancellable': ('kernel.html#cancellable', 'reach_nb/kernel.py'),
                                  'reach_nb.kernel.carry_on': ('kernel.html#carry_on', 'reach_nb/kernel.py'),
                                  'reach_nb.kernel.check_safeguards': ('kernel.html#check_safeguards', 'reach_nb/kernel.py'),
                                  'reach_nb.kernel.crash_safeguard': ('kernel.html#crash_safeguard', 'reach_nb/kernel.py'),

@@ -15,8 +15,9 @@ from .llm import ChatModel, LLMResponse, as_response
 # %% auto #0
 __all__ = ['SAFEGUARDS', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note',
            'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools', 'strict_only',
-           'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'call_key', 'Journal',
-           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_events']
+           'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'cancellable', 'call_key',
+           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
+           'fork_events']
 
 # %% ../nbs/05a_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -179,6 +180,21 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     usage = sum((s.usage for s in done), Usage())
     usage.wall_time = time.perf_counter() - t0
     yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta={**model_labels(llm), **(more[0] if more else {})})
+
+# %% ../nbs/05a_kernel.ipynb #b67c8aae
+def cancellable(events:Iterable, # a run's events, from any agent's `stream`
+                stop:threading.Event) -> Iterator: # set it to stop the run
+    "`events` until `stop` is set; then the stream is closed and the run ends with 'stopped'."
+    it, done = iter(events), []
+    for e in it:
+        if isinstance(e, StepEnd): done.append(e.step)
+        yield e
+        if isinstance(e, RunEnd): return
+        if stop.is_set(): break
+    else: return
+    if hasattr(it, 'close'): it.close()
+    yield RunEnd(answer=known_summary(done), stop_reason='stopped', usage=sum((s.usage for s in done), Usage()),
+                 meta={'stopped': 'the run was cancelled'})
 
 # %% ../nbs/05a_kernel.ipynb #1a156ad3
 _as_key = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode

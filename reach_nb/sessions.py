@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from .config import load_settings, resolve_path
 from .core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
                            ToolStart, Usage, UserError, event_from_json)
-from .kernel import Calls, Diverged, carry_on, fork_events, rewired, watched
+from .kernel import Calls, Diverged, cancellable, carry_on, fork_events, rewired, watched
 from .tools import ToolRegistry
 
 # %% auto #0
@@ -516,17 +516,20 @@ def record(store:SessionStore, agent, # any agent with `stream(question, meta=)`
            head:list[dict]|None=None, # the messages before the steps, e.g. the conversation so far (ReAct)
            meta:dict|None=None, # labels for the run, kept in its `RunInfo` and its `run_start` event
            skip:Iterable[str]=('token',), # event types not to store
-           on_event:Callable|None=None) -> Run: # called with each event once it is stored
+           on_event:Callable|None=None, # called with each event once it is stored
+           cancel:threading.Event|None=None) -> Run: # set it to stop the run (it ends with 'stopped')
     "Run `agent` on `question` with each event stored as it happens; returns the stored run."
     log = SessionLog.new(store, session_id, question, skip=skip, meta=meta)
     labels = {**(meta or {}), 'run_id': log.run_id, 'session_id': session_id}
-    for e in log.record(_reporting(agent, log).stream(question, **_given(head=head, meta=labels))):
+    events = _reporting(agent, log).stream(question, **_given(head=head, meta=labels))
+    for e in log.record(events if cancel is None else cancellable(events, cancel)):
         if on_event is not None: on_event(e)
     return store.run(log.run_id)
 
 # %% ../nbs/07_sessions.ipynb #b7d10030
 def resume(store:SessionStore, run_id:str, agent, # the agent the run was made with (same tools and settings)
-           on_event:Callable|None=None) -> Run: # called with each new event once it is stored
+           on_event:Callable|None=None, # called with each new event once it is stored
+           cancel:threading.Event|None=None) -> Run: # set it to stop the run (it ends with 'stopped')
     "Finish run `run_id` after its process died, in the same stored run; a finished run is returned as it is."
     info = store._need(run_id, 'resume')
     if info.status == 'finished': return store.run(run_id)
@@ -535,7 +538,7 @@ def resume(store:SessionStore, run_id:str, agent, # the agent the run was made w
     if not events: new = _reporting(agent, log).stream(info.question, meta=labels)  # it died before its start
     else: new = carry_on(agent, info.question, events, log.tool_done, meta=labels, head=events[0].meta.get('head'))
     try:
-        for e in log.record(new):
+        for e in log.record(new if cancel is None else cancellable(new, cancel)):
             if on_event is not None: on_event(e)
     except Diverged as e: raise UserError(f"run {run_id[:12]} cannot be resumed: {e}", 'resume',
                                           "carry it on with the agent it was made with") from None

@@ -163,3 +163,16 @@ def test_tolerant_parsing_can_be_switched_off(arch, ws):
     off = make_agent(arch, Fenced(), risk_tools(ws), data_note(ws), safeguards={'tolerant_parsing': False}).run(SPIKE_QUESTION)
     assert on.stop_reason == 'answer' and off.stop_reason == 'parse_failures', (on.stop_reason, off.stop_reason)
     assert any(s.parse_level == 'repaired' for s in on.steps) and all(s.parse_level != 'repaired' for s in off.steps)
+
+
+@pytest.mark.parametrize('arch', TOOLED)
+def test_a_cancelled_run_stops_and_is_stored_finished(arch, ws, tmp_path):
+    "Cancelled after its first step, a run stops there, asks the model nothing more, and is stored with 'stopped'."
+    import threading
+    stop, llm = threading.Event(), Counted(SimAnalyst())
+    def on_event(e):
+        if e.type == 'step_end': stop.set()
+    with SQLiteSessionStore(tmp_path/'s.sqlite') as store:
+        run = record(store, agent_of(arch, ws, llm), SPIKE_QUESTION, 's', on_event=on_event, cancel=stop)
+        info = store.info(run.meta['run_id'])
+    assert (run.stop_reason, info.status, len(run.steps), llm.n) == ('stopped', 'finished', 1, 1)
