@@ -1086,6 +1086,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.react._Loop.carry_on': ('react.html#_loop.carry_on', 'reach_nb/react.py'),
                                 'reach_nb.react._Loop.events': ('react.html#_loop.events', 'reach_nb/react.py'),
                                 'reach_nb.react._Loop.messages': ('react.html#_loop.messages', 'reach_nb/react.py'),
+                                'reach_nb.react._Loop.usage': ('react.html#_loop.usage', 'reach_nb/react.py'),
                                 'reach_nb.react._acts': ('react.html#_acts', 'reach_nb/react.py'),
                                 'reach_nb.react._agent_dialect': ('react.html#_agent_dialect', 'reach_nb/react.py'),
                                 'reach_nb.react._edited': ('react.html#_edited', 'reach_nb/react.py'),

@@ -340,7 +340,7 @@ def stream(self:ReActAgent, question:str, # the user's question
 class _Loop:
     "One run of a `ReActAgent`: the messages so far, the steps, the usage and what the safeguards count."
     def __init__(self, agent:ReActAgent, question:str, head:list[dict]|None=None):
-        self.a, self.d, self.q, self.steps, self.usage = agent, agent.dialect, question, [], Usage()
+        self.a, self.d, self.q, self.steps = agent, agent.dialect, question, []
         self.fails = self.errors = 0  # correction rounds in a row; steps with an internal error in a row
         self.recent = deque(maxlen=agent.repeat_window)  # per step with calls: (index, {call key: result}, repeated)
         self.shown, self.crash, self.start = 0, None, time.perf_counter()
@@ -358,6 +358,9 @@ class _Loop:
     def _listing(self) -> tuple: return id(t := self.a.tools), t.version
 
     @property
+    def usage(self) -> Usage: return sum((s.usage for s in self.steps), Usage())  # the run frame sums them at the end
+
+    @property
     def messages(self) -> list[dict]:
         "The prompt the next step would be sent: the head and the steps so far, through the agent's context policy."
         return self.a.context.build(self.head, self.steps)
@@ -369,7 +372,6 @@ def carry_on(self:_Loop, steps:list[Step]|None=None, # steps already taken
              cached:dict|None=None): # observations of calls that already ran, by (step index, position)
     "Start after `steps`, with what they used counted and the repeat guard remembering their calls."
     self.steps = list(steps or [])
-    self.usage = sum((s.usage for s in self.steps), Usage())
     self.reply, self.cached = (None if reply is None else as_response(reply)), dict(cached or {})
     for s in self.steps[-self.a.repeat_window:] if self.a.repeat_window else []:
         ran = {self._key(c): o.content for c, o in zip(s.actions, s.observations)}
@@ -711,8 +713,7 @@ def _rounds(self:_Loop) -> int:
     return self.a.max_corrections if self.a.safeguards['correction'] else 0
 
 @patch
-def _add(self:_Loop, step:Step):
-    self.steps.append(step); self.usage = self.usage + step.usage
+def _add(self:_Loop, step:Step): self.steps.append(step)
 
 # %% ../nbs/06_react.ipynb #5e3759ef
 @patch
