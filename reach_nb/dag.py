@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_dag.ipynb #5255e857
 from __future__ import annotations
-import json, queue, threading, time
+import json, queue, re, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 from fastcore.basics import patch
@@ -15,12 +15,12 @@ from .llm import ChatModel, LLMResponse, text_chunks
 from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan, closing_step, end_blocked
 from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
 from .kernel import call_usage, check_safeguards, default_registry, llm_error_safeguards, retried_note
-from .kernel import switched_tools
+from .kernel import Shown, switched_tools
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
-           'FINAL_JOIN_FORMAT', 'MAX_LINE_CHARS', 'LatencyLLM', 'results_text', 'planner_messages', 'join_messages',
-           'read_dag', 'read_join', 'DAGAgent']
+           'FINAL_JOIN_FORMAT', 'MAX_LINE_CHARS', 'LatencyLLM', 'results_text', 'read_results_text', 'planner_messages',
+           'join_messages', 'read_dag', 'read_join', 'DAGAgent']
 
 # %% ../nbs/13_dag.ipynb #3bd0f553
 class LatencyLLM(ChatModel):
@@ -87,6 +87,20 @@ def results_text(rounds:list[tuple[list[PlanTask], Step]], # per plan so far: it
         out += [f"- {a.id}{goals.get(a.id, '')}: {a} -> {'ok' if o.ok else 'failed'}: {truncate(o.content, cap)[0]}"
                 for a, o in zip(step.actions, step.observations)]
     return '\n'.join(out)
+
+# %% ../nbs/13_dag.ipynb #3de753ed
+_DAG_TASK = re.compile(r'^- [^\s(]+(?: \(.*?\))?: (\w+)\(([^\n]*?)\) -> (ok|failed): ', re.M)
+_AFTER_RESULTS = re.compile(r'^Plan \d+:$|\n\nA new plan is needed: ', re.M)
+
+def read_results_text(text:str) -> list[Shown]:
+    "The results in a `results_text`, in order: '- t1 (goal): call -> ok: result', each running to the next."
+    out, hits = [], list(_DAG_TASK.finditer(text))
+    for m, nxt in zip(hits, hits[1:] + [None]):
+        end = nxt.start() if nxt else len(text)
+        if cut := _AFTER_RESULTS.search(text, m.end(), end): end = cut.start()
+        ok = m[3] == 'ok'
+        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, text[m.end():end].rstrip('\n'), None if ok else 'failed'))
+    return out
 
 # %% ../nbs/13_dag.ipynb #02336839
 def planner_messages(question:str, tools:ToolRegistry, # the question, and the tools the plan may call

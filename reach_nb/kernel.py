@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, hashlib, json, threading, time
 from collections import Counter, defaultdict
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 from .core import *
 from .config import load_settings
 from .tools import ToolRegistry
@@ -15,9 +15,9 @@ from .llm import ChatModel, LLMResponse, as_response
 # %% auto #0
 __all__ = ['SAFEGUARDS', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note',
            'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools', 'strict_only',
-           'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'cancellable', 'call_key',
-           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
-           'fork_events']
+           'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'cancellable',
+           'call_key', 'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged',
+           'carry_on', 'fork_events']
 
 # %% ../nbs/05a_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -120,6 +120,15 @@ def strict_only(res): # a `ParseResult` from `parse_json`
     if res.level != 'repaired': return res
     why = f"The reply is not exactly one JSON object (reading it needed: {', '.join(res.repairs)})."
     return res.model_copy(update=dict(level='failed', value=None, problem='invalid', error=why))
+
+# %% ../nbs/05a_kernel.ipynb #aa81596e
+class Shown(NamedTuple):
+    "One tool result as an architecture shows it to a model."
+    tool: str  # the tool's name
+    call: str  # the call as written, e.g. "trend(granularity='day')"
+    ok: bool  # whether it worked
+    text: str  # the result (or what failed), as shown
+    error: str|None = None  # the kind of failure, as shown
 
 # %% ../nbs/05a_kernel.ipynb #1da3b7b2
 def model_labels(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})

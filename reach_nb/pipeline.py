@@ -16,7 +16,7 @@ from .parse import split_reasoning
 from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
 from .react import PROTOCOL, Decision, decide
-from .kernel import known_summary
+from .kernel import Shown, known_summary
 from .kernel import check_safeguards, default_registry, model_call, run_frame, switched_tools
 from .plan import ask_json, asking, run_plan
 
@@ -25,7 +25,7 @@ __all__ = ['WHEN', 'OUTPUTS', 'CHANNELS', 'STAGE_PLACEHOLDERS', 'STAGE_KEYS', 'P
            'MAX_PROMPT_BYTES', 'TOOL_FORMAT', 'FINAL_FORMAT', 'JSON_FORMAT', 'HEARTBEAT_FORMAT', 'MAX_FLOW_CHARS',
            'MAX_HISTORY_CHARS', 'MAX_CALLS', 'Stage', 'check_placeholders', 'Pipeline', 'pipeline_from_dict',
            'load_pipeline', 'stage_format', 'wants_json', 'tools_text', 'stage_prompt', 'stage_messages', 'text_step',
-           'channels', 'PipelineAgent', 'final_of']
+           'channels', 'PipelineAgent', 'read_history', 'final_of']
 
 # %% ../nbs/15_pipeline.ipynb #575d4692
 WHEN = ('before', 'loop', 'after')  # when a stage runs: once before the loop, in it, once after it
@@ -347,6 +347,21 @@ def _history(entries:list[str], cap:int=MAX_HISTORY_CHARS) -> str:
         kept.append(e); size += len(e) + 1
     gone = len(entries) - len(kept)
     return ((f"({gone} earlier entries left out)\n" if gone else '') + '\n'.join(reversed(kept))) or '(nothing yet)'
+
+# %% ../nbs/15_pipeline.ipynb #87d1db6d
+_ENTRY = re.compile(r'^\[(?:iteration \d+|before|after)\] [\w-]+: ', re.M)
+_CALLED = re.compile(r'(?:^|; )called (\w+)\(([^\n]*?)\) → (FAILED: )?')
+
+def read_history(text:str) -> list[Shown]:
+    "The tool results in a pipeline's history: entries like '[iteration 1] act: called tool(args) → result; ...'."
+    out, heads = [], list(_ENTRY.finditer(text))
+    for h, nxt in zip(heads, heads[1:] + [None]):
+        entry = text[h.end():nxt.start() if nxt else len(text)].rstrip('\n')
+        calls = list(_CALLED.finditer(entry)) if entry.startswith('called ') else []
+        for c, later in zip(calls, calls[1:] + [None]):
+            body, ok = entry[c.end():later.start() if later else len(entry)], not c[3]
+            out.append(Shown(c[1], f"{c[1]}({c[2]})", ok, body, None if ok else 'failed'))
+    return out
 
 # %% ../nbs/15_pipeline.ipynb #a5e69e59
 class _Run:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_plan_execute.ipynb #c2077969
 from __future__ import annotations
-import json, time
+import json, re, time
 from typing import Iterator
 from fastcore.basics import patch
 from .core import *
@@ -12,12 +12,12 @@ from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .context import get_policy, prompt_for
 from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve, run_events, run_plan, unanswered
-from .kernel import check_safeguards, default_registry, switched_off, switched_tools
+from .kernel import Shown, check_safeguards, default_registry, switched_off, switched_tools
 from .react import ReActAgent
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'REPLANNER_FORMAT', 'SOLVER_FORMAT', 'PLANNER_SYSTEM', 'REPLANNER_SYSTEM', 'DECISIONS',
-           'SOLVER_SYSTEM', 'planner_prompt', 'replanner_prompt', 'read_decision', 'solver_prompt',
+           'SOLVER_SYSTEM', 'planner_prompt', 'read_done_text', 'replanner_prompt', 'read_decision', 'solver_prompt',
            'executor_background', 'PlanExecuteAgent']
 
 # %% ../nbs/11_plan_execute.ipynb #73c76067
@@ -59,6 +59,23 @@ def _done_text(done:list[tuple[PlanTask, Observation]], cap:int) -> str:
 
 def _todo_text(todo:list[PlanTask]) -> str:
     return '\n'.join(f"- {_task_text(t)}" for t in todo) or '(none: every step has run)'
+
+# %% ../nbs/11_plan_execute.ipynb #ce84e6ef
+_PE_STEP = re.compile(r'- (\S+): .*? \[(?:(\w+)\((.*)\)|for the helper agent)\]')
+_PE_RESULT = re.compile(r'  (result|FAILED): ')
+
+def read_done_text(text:str) -> list[Shown]:
+    "The results in the steps done, as the replanner and solver are shown them ('- s1: goal [call]', '  result: ...')."
+    out, lines = [], text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if not (m := _PE_STEP.fullmatch(line)) or not (r := _PE_RESULT.match(lines[i + 1])): continue
+        body = [lines[i + 1][r.end():]]
+        for more in lines[i + 2:]:
+            if not more.startswith('    '): break
+            body.append(more[4:])
+        tool, ok = m[2] or '(agent)', r[1] == 'result'
+        out.append(Shown(tool, f"{tool}({m[3] or ''})", ok, '\n'.join(body), None if ok else 'failed'))
+    return out
 
 # %% ../nbs/11_plan_execute.ipynb #70502e37
 REPLANNER_SYSTEM = """You check a plan while it runs. You see the user's question, the steps done with what they \

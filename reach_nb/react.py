@@ -14,15 +14,15 @@ from .parse import parse_json, parse_call, correction_message, split_reasoning, 
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, as_response
 from .config import load_settings
-from .kernel import (SAFEGUARDS, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
+from .kernel import (SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
                              known_summary, llm_error_safeguards, model_call, retried_note, run_frame, strict_only,
                              switched_off, switched_tools)
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
 __all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'ASK_USER', 'Dialect', 'get_dialect',
-           'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message', 'ReActAgent', 'ask_user',
-           'pending_question', 'tool_step_messages']
+           'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message', 'read_observation_message',
+           'ReActAgent', 'ask_user', 'pending_question', 'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -231,6 +231,17 @@ def observation_message(calls:list[ToolCall], obs:list[Observation]) -> str:
     "The user message that shows the model what its calls returned."
     return '\n\n'.join(f"Observation for {c}" + ('' if o.ok else f" (FAILED, {o.error})") + f":\n{o.content}"
                         for c, o in zip(calls, obs))
+
+# %% ../nbs/06_react.ipynb #f6bde916
+_OBS_HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \(FAILED, (?P<error>\w+)\))?:')
+
+def read_observation_message(text:str) -> list[Shown]:
+    "The results in an `observation_message`, in order: what a model in a ReAct conversation was shown."
+    out = []
+    for block in re.split(r'\n\n(?=Observation for )', text):
+        head, _, body = block.partition('\n')
+        if h := _OBS_HEAD.fullmatch(head): out.append(Shown(h['tool'], h['call'], not h['error'], body, h['error']))
+    return out
 
 # %% ../nbs/06_react.ipynb #ec6ac870
 _GUARD_OF_ERROR = {'unknown_tool': 'suggestion', 'bad_args': 'validation', 'tool_error': 'tool_error',

@@ -12,13 +12,13 @@ from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events, run_plan, unanswered
-from .kernel import check_safeguards, default_registry, switched_tools
+from .kernel import Shown, check_safeguards, default_registry, switched_tools
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
            'MAX_ARG_LINES', 'PLANNER_SYSTEM', 'SOLVER_SYSTEM', 'REPLAN_REQUEST', 'PlanReading', 'read_rewoo_plan',
-           'planner_prompt', 'plan_text', 'evidence', 'failed_evidence', 'evidence_text', 'solver_prompt',
-           'replanner_prompt', 'read_answer', 'ReWOOAgent']
+           'planner_prompt', 'plan_text', 'evidence', 'failed_evidence', 'evidence_text', 'read_evidence_text',
+           'solver_prompt', 'replanner_prompt', 'read_answer', 'ReWOOAgent']
 
 # %% ../nbs/12_rewoo.ipynb #41ba3c9b
 PLANNER_FORMAT = """Plan: <what this step finds out, and why>
@@ -225,6 +225,19 @@ evidence, the result of its tool call. Use only the evidence; it can be long and
 Where evidence failed or was not run, do not guess what it would have said: answer from the rest and say what is \
 missing.
 Reply with {format}."""
+
+# %% ../nbs/12_rewoo.ipynb #c3ea4692
+_SHOWN = re.compile(r'^#E\d+ = (\w+)\[([^\n]*)\]\nEvidence #E\d+(?: \((failed|not run)\))?: ', re.M)
+_SHOWN_END = re.compile(r'\n\n(?:Plan: |Failed evidence: |#E\d+ = )')
+
+def read_evidence_text(text:str) -> list[Shown]:
+    "The evidence in an `evidence_text`, in order: '#E1 = tool[args]', then 'Evidence #E1: result'."
+    out = []
+    for m in _SHOWN.finditer(text):
+        end = cut.start() if (cut := _SHOWN_END.search(text, m.end())) else len(text)
+        body, ok = text[m.end():end], m[3] is None
+        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, body if ok else body.removeprefix('Error: '), m[3]))
+    return out
 
 # %% ../nbs/12_rewoo.ipynb #97ba85d0
 def _failures(tasks:list[PlanTask], work:Step) -> str:
