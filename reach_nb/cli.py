@@ -596,15 +596,12 @@ def _wire_option(wire:str|None) -> dict:
 
 def _listening(host:str, port:int):
     "A socket listening on `host`:`port`; a `UserError` for a port out of range, taken, or an address not here."
+    from reach_nb.config import listen_error
     from reach_nb.modelserver import listening
     if not 0 <= port <= 65535: raise UserError(f"--port must be from 0 to 65535, got {port}", 'option --port',
                                                'give a free port, e.g. --port 8001 (0 picks a free one)')
     try: return listening(host, port)
-    except (OSError, OverflowError) as e:
-        taken = getattr(e, 'errno', None) in (errno.EADDRINUSE, errno.EACCES)
-        where, todo = (('option --port', 'give a free port, or --port 0 for any free one; or stop what uses it')
-                       if taken else ('option --host', 'give an address of this machine, e.g. --host 127.0.0.1'))
-        raise UserError(f"cannot listen on {host}:{port} ({getattr(e, 'strerror', None) or e})", where, todo) from None
+    except OSError as e: raise listen_error(e, host, port, 'option --port', 'option --host') from None
 
 # %% ../nbs/93_cli.ipynb #21bfe74c
 @app.command('serve-model')

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_config.ipynb #3f376116
 from __future__ import annotations
-import math, os, re, stat
+import errno, math, os, re, stat
 import yaml
 from importlib import resources
 from dataclasses import dataclass, fields
@@ -13,7 +13,8 @@ from .core import UserError
 
 # %% auto #0
 __all__ = ['MAX_FILE_BYTES', 'MAX_YAML_NODES', 'MAX_YAML_DEPTH', 'Settings', 'read_ini', 'find_settings_file', 'load_settings',
-           'project_root', 'resolve_path', 'cache_dir', 'data_path', 'shipped', 'read_capped', 'check_yaml']
+           'project_root', 'resolve_path', 'cache_dir', 'data_path', 'shipped', 'read_capped', 'check_yaml',
+           'listen_error']
 
 # %% ../nbs/01_config.ipynb #45c1b1f4
 @dataclass
@@ -196,3 +197,17 @@ def check_yaml(text:str, # the YAML text
             if any(a == e.anchor for a, _ in open_): _yaml_refused(e, f'alias *{e.anchor} refers to itself', where)
             total += sizes.get(e.anchor, 1)
         if total > MAX_YAML_NODES: _yaml_refused(e, f'expands to more than {MAX_YAML_NODES:,} values', where)
+
+# %% ../nbs/01_config.ipynb #177f9e84
+_PORT_TAKEN = (errno.EADDRINUSE, errno.EACCES)  # in use, or below 1024 for a user who may not take it
+
+def listen_error(e:OSError, # what binding or listening raised
+                 host:str, port:int, # the address asked for
+                 port_where:str, # where the port came from, e.g. 'option --port'
+                 host_where:str) -> UserError: # where the host came from, e.g. 'option --host'
+    "The one-line `UserError` for a socket that cannot listen on `host`:`port`."
+    address = f"[{host}]:{port}" if ':' in host else f"{host}:{port}"
+    why = os.strerror(e.errno) if isinstance(e.errno, int) and e.errno > 0 else e.strerror or e  # the bare reason
+    what = f"cannot listen on {address} ({why})"
+    if e.errno in _PORT_TAKEN: return UserError(what, port_where, 'give another port, or stop what listens on it')
+    return UserError(what, host_where, 'give an address of this machine, e.g. 127.0.0.1')

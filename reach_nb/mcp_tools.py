@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_mcp.ipynb #7eca0bb4
 from __future__ import annotations
-import asyncio, atexit, errno, hmac, importlib.util, ipaddress, json, logging, os, re, shlex, socket, sys, tempfile
+import asyncio, atexit, hmac, importlib.util, ipaddress, json, logging, os, re, shlex, socket, sys, tempfile
 import threading, time, types, weakref
 from collections import Counter
 from contextlib import AsyncExitStack, suppress
@@ -28,6 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.responses import PlainTextResponse
 from . import __version__
+from .config import listen_error
 from .core import UserError
 from .tools import Tool, ToolError, ToolRegistry, LoopThread, norm_name, short_repr
 
@@ -227,15 +228,12 @@ async def _serve_stdio(server:Server):
     async with stdio_server() as (read, write):  # the SDK points fd 1 at stderr meanwhile: no stray print gets through
         await server.run(read, write, server.create_initialization_options())
 
-def _bind(host:str, port:int, where:str) -> socket.socket:
+def _bind(host:str, port:int, # the address to listen on (port 0: a free one)
+          where:str, host_where:str) -> socket.socket: # where the port and the host came from, named in errors
     "A socket listening on `host`:`port` (0: a free port), or a `UserError` saying why there is none."
     family = socket.AF_INET6 if ':' in host else socket.AF_INET
     try: sock = socket.create_server((host, port), family=family)
-    except OSError as e:
-        if e.errno == errno.EADDRINUSE: raise UserError(f"port {port} is in use", where,
-                                                        'stop what listens there, or give another port') from None
-        raise UserError(f"cannot listen on {host} port {port} ({e.strerror or e})", where,
-                        'give another port, or a host of this machine') from None
+    except OSError as e: raise listen_error(e, host, port, where, host_where) from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else each call waits ~40 ms for a delayed ACK
     return sock
 
@@ -299,7 +297,7 @@ def serve_mcp(registry:ToolRegistry|None=None, # the tools to offer; default: th
     if isinstance(http_port, bool) or not isinstance(http_port, int) or not 1 <= http_port <= 65535:
         raise UserError(f"port {http_port!r} is not a port", where, 'give a number from 1 to 65535, e.g. 8765')
     token = _token(host, token or os.environ.get('REACH_MCP_TOKEN'), 'option --token')
-    sock = _bind(host, http_port, where)  # before the tools load: a port in use is said at once
+    sock = _bind(host, http_port, where, 'option --host')  # before the tools load: a port in use is said at once
     app = _http_app(mcp_server(registry), host, token, allow_hosts or [])
     print(f"Serving MCP over streamable HTTP; clients connect to {_base_url(host, http_port)}"
           + (' with "Authorization: Bearer <token>"' if token else ''), flush=True)
@@ -326,7 +324,7 @@ class MCPHTTPServer:
 @patch
 def start(self:MCPHTTPServer, timeout:float=10) -> MCPHTTPServer:
     "Serve; return once the server accepts connections."
-    sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})")
+    sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})", f"MCPHTTPServer(host={self.host!r})")
     self.port = sock.getsockname()[1]
     app = _http_app(self.server, self.host, self.token, self.allow_hosts)
     self._uv = uvicorn.Server(uvicorn.Config(app, log_level='warning', timeout_graceful_shutdown=1))

@@ -351,12 +351,8 @@ def _with_static(widget:W.Widget, static:str, **kw) -> dict:
     return W.Widget._repr_mimebundle_(widget, **kw) | {'text/html': static}
 
 @patch
-def _repr_mimebundle_(self:RunViewer, **kw):
-    "The live widget, and the whole run as static HTML for where there is no kernel."
-    return _with_static(self, run_static_html(self.run, getattr(self, 'fold', 600)), **kw)
-
-@patch
 def _repr_mimebundle_(self:CompareViewer, **kw):
+    "Both runs side by side, step by step."
     return _with_static(self, _static(compare_html(*self.runs, self.labels, self.fold)), **kw)
 
 @patch

@@ -117,7 +117,8 @@ def test_serve_model_on_a_port_in_use(tmp_path):
         taken.bind(('127.0.0.1', 0)); taken.listen()
         port = taken.getsockname()[1]
         r = run_reach('serve-model', '--port', str(port), cwd=tmp_path, timeout=30)
-    _one_error_line(r, f'cannot listen on 127.0.0.1:{port} (Address already in use) in option --port', '--port 0')
+    _one_error_line(r, f'cannot listen on 127.0.0.1:{port} (Address already in use) in option --port: '
+                       'give another port, or stop what listens on it')
 
 
 @pytest.mark.parametrize('model', [[], ['--model', 'sim-analyst']])

@@ -57,8 +57,15 @@ def test_mcp_serve_on_a_port_in_use_is_one_error_line(tmp_path):
         port = taken.getsockname()[1]
         r = _reach('mcp', 'serve', '--http', str(port), cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr[-2000:]
-    assert r.stderr.startswith(f'Error: port {port} is in use in option --http: stop what listens there'), r.stderr
+    assert r.stderr.startswith(f'Error: cannot listen on 127.0.0.1:{port} (Address already in use) in option --http: '
+                               'give another port, or stop what listens on it'), r.stderr
 
+
+def test_mcp_serve_on_an_address_not_here_names_the_host(tmp_path):
+    r = _reach('mcp', 'serve', '--http', '8765', '--host', '192.0.2.1', '--token', 'x' * 16, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.startswith('Error: cannot listen on 192.0.2.1:8765 (Cannot assign requested address) in option '
+                               '--host: give an address of this machine, e.g. 127.0.0.1'), r.stderr
 
 def test_an_mcp_config_with_no_server_is_one_error_line(tmp_path):
     (tmp_path/'empty.json').write_text('{"mcpServers": {}}')

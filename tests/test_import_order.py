@@ -36,3 +36,22 @@ def test_methods_do_not_depend_on_what_was_imported(name):
     code = textwrap.dedent(CASES[name])
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_run_viewer_shows_static_html_without_share_imported():
+    "The viewer's display bundle has the whole run as HTML though `reach_nb.share` was not imported; it loads then."
+    code = textwrap.dedent('''
+        import sys
+        from reach_nb.llm import ScriptedLLM
+        from reach_nb.react import ReActAgent
+        from reach_nb.viewer import RunViewer
+        run = ReActAgent(ScriptedLLM(['{"thought": "t", "answer": "the answer"}']), []).run('the question')
+        v = RunViewer(run)
+        assert 'reach_nb.share' not in sys.modules
+        b = v._repr_mimebundle_()
+        assert 'reach_nb.share' in sys.modules
+        from reach_nb.share import run_static_html
+        assert sorted(b) == ['application/vnd.jupyter.widget-view+json', 'text/html', 'text/plain'], sorted(b)
+        assert b['text/html'] == run_static_html(run) and 'the answer' in b['text/html']''')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
