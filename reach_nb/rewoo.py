@@ -226,7 +226,7 @@ Where evidence failed or was not run, do not guess what it would have said: answ
 missing.
 Reply with {format}."""
 
-# %% ../nbs/12_rewoo.ipynb #c3ea4692
+# %% ../nbs/12_rewoo.ipynb #24377f79
 _SHOWN = re.compile(r'^#E\d+ = (\w+)\[([^\n]*)\]\nEvidence #E\d+(?: \((failed|not run)\))?: ', re.M)
 _SHOWN_END = re.compile(r'\n\n(?:Plan: |Failed evidence: |#E\d+ = )')
 
