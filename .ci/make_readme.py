@@ -1,7 +1,7 @@
 """Write README.md from nbs/index.ipynb (what `nbdev-readme` does, without Quarto).
 
 Markdown cells are copied; code cells become fenced Python followed by their stored outputs (markdown
-as is, text in a plain fence). Hidden cells (`#| hide`) and cell directives (`#| ...`) are left out.
+as is, text in a plain fence). Hidden cells (`#| hide`), cell directives (`#| ...`) and nbval markers (`# NBVAL_...`) are left out.
 `--check` exits 1 when README.md differs from what the notebook gives, or when a command given after it (the
 test command `.ci/run` runs) is not in the README word for word.
 """
@@ -21,7 +21,7 @@ def _cell(c) -> list[str]:
     lines = ''.join(c['source']).splitlines()
     if c['cell_type'] == 'markdown': return ['\n'.join(lines).strip('\n')]
     if any(l.strip() in ('#| hide', '#|hide') or l.startswith('#| default_exp') for l in lines): return []
-    code = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
+    code = '\n'.join(l for l in lines if not l.startswith(('#|', '# NBVAL_'))).strip('\n')
     return (['```python\n' + code + '\n```'] if code else []) + [t for t in map(_output, c.get('outputs', [])) if t]
 
 def readme_text() -> str:

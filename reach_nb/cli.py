@@ -4,7 +4,7 @@
 
 # %% ../nbs/93_cli.ipynb #5d0c570f
 from __future__ import annotations
-import errno, hashlib, importlib.util, os, sys, threading, time, traceback, warnings
+import hashlib, importlib.util, os, sys, threading, time, traceback, warnings
 from pathlib import Path
 from typing import Optional
 import typer

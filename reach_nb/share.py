@@ -17,7 +17,7 @@ from . import sessions
 
 # %% auto #0
 __all__ = ['as_run', 'run_figures', 'compare_table_html', 'step_card', 'compare_html', 'CompareViewer', 'ForkViewer',
-           'fork_panel', 'run_static_html', 'run_page', 'run_to_html', 'compare_to_html']
+           'fork_panel', 'run_static_html', 'with_static', 'run_page', 'run_to_html', 'compare_to_html']
 
 # %% ../nbs/31_share.ipynb #089e409f
 def _esc(x) -> str: return html.escape(str(x))
@@ -346,14 +346,14 @@ def run_static_html(run, # a run, or anything `as_run` takes
                    f'<div class="reach-answer">{r["answer"]}</div></div>')
 
 # %% ../nbs/31_share.ipynb #3020d174
-def _with_static(widget:W.Widget, static:str, **kw) -> dict:
+def with_static(widget:W.Widget, static:str, **kw) -> dict:
     "A widget's display bundle with a static HTML rendering beside the widget view."
     return W.Widget._repr_mimebundle_(widget, **kw) | {'text/html': static}
 
 @patch
 def _repr_mimebundle_(self:CompareViewer, **kw):
     "Both runs side by side, step by step."
-    return _with_static(self, _static(compare_html(*self.runs, self.labels, self.fold)), **kw)
+    return with_static(self, _static(compare_html(*self.runs, self.labels, self.fold)), **kw)
 
 @patch
 def _repr_mimebundle_(self:ForkViewer, **kw):
@@ -361,7 +361,7 @@ def _repr_mimebundle_(self:ForkViewer, **kw):
     c = self.compare
     static = _static(f'<p>{self.status.value}</p>' + compare_html(*c.runs, c.labels, c.fold)) if c else \
         run_static_html(self.run, self.fold)
-    return _with_static(self, static, **kw)
+    return with_static(self, static, **kw)
 
 # %% ../nbs/31_share.ipynb #9e87131b
 _THEMES = {'light': dict(layout=('#ffffff', '#ffffff', '#eef0f3'), font=('#0b0f14', '#1f2937', '#4b5563'),

@@ -587,8 +587,8 @@ def to_html(self:RunViewer, path, # the file to write
 @patch
 def _repr_mimebundle_(self:RunViewer, **kw):
     "The live widget, and the whole run as static HTML (`share.run_static_html`) for where there is no kernel."
-    from reach_nb.share import _with_static, run_static_html  # written after the viewer, on it
-    return _with_static(self, run_static_html(self.run, getattr(self, 'fold', 600)), **kw)
+    from reach_nb.share import with_static, run_static_html  # written after the viewer, on it
+    return with_static(self, run_static_html(self.run, getattr(self, 'fold', 600)), **kw)
 
 @patch
 def fork_panel(self:RunViewer, agent, # the agent that carries forks on (same tools)
