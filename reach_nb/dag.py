@@ -15,7 +15,7 @@ from .llm import ChatModel, LLMResponse, text_chunks
 from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan, closing_step, end_blocked
 from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
 from .kernel import call_usage, check_safeguards, default_registry, llm_error_safeguards, retried_note
-from .kernel import Shown, switched_tools
+from .kernel import Shown, switched_tools, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -163,6 +163,7 @@ class DAGAgent(PlanningAgent):
                  max_replans:int=2, # new plans the join may ask for, at most
                  max_tasks:int=20, # tasks in one plan at most
                  max_corrections:int=2, # correction rounds per model step before giving up
+                 ask_user:bool=False, # offer the `ask_user` tool: a task may ask the user, and the run waits for the reply
                  safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  stream_plan:bool=False, # stream the plan a task per line, starting each task as its line arrives
                  background:str='', # what the planner should know
@@ -171,6 +172,8 @@ class DAGAgent(PlanningAgent):
                  name:str='dag'): # the agent's name in traces
         self.safeguards = check_safeguards(safeguards)
         self.llm, self.tools = llm, switched_tools(default_registry(tools), self.safeguards)
+        self.ask_user = bool(ask_user)
+        if ask_user: self.tools = with_ask_user(self.tools)
         self.max_parallel, self.max_replans = max(1, int(max_parallel)), max(0, int(max_replans))
         self.max_tasks, self.max_corrections, self.stream_plan = max_tasks, max_corrections, bool(stream_plan)
         self.background, self.temperature, self.context, self.name = background, temperature, context, name

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05a_kernel.ipynb #e804ee59
 from __future__ import annotations
-import copy, hashlib, json, threading, time
+import copy, hashlib, json, re, threading, time
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Iterator, NamedTuple
 from .core import *
@@ -13,11 +13,12 @@ from .tools import ToolRegistry
 from .llm import ChatModel, LLMResponse, as_response
 
 # %% auto #0
-__all__ = ['SAFEGUARDS', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage', 'retried_note',
-           'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools', 'strict_only',
-           'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'run_frame', 'cancellable',
-           'call_key', 'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged',
-           'carry_on', 'fork_events']
+__all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage',
+           'retried_note', 'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools',
+           'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'ask_user',
+           'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'cancellable', 'call_key', 'Journal',
+           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_events',
+           'reply_events']
 
 # %% ../nbs/05a_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -145,6 +146,28 @@ def default_registry(tools) -> ToolRegistry:
     s = load_settings()
     return ToolRegistry(tools, timeout=s.tool_timeout or None, max_chars=s.max_observation_chars or None)
 
+# %% ../nbs/05a_kernel.ipynb #01332714
+ASK_USER, WAITING = 'ask_user', "(waiting for the user's reply)"
+
+def ask_user(question:str): # what to ask, in one or two sentences
+    "Ask the user something only they can answer (a preference, a missing fact, a choice); the run waits for the reply."
+    return WAITING
+
+def with_ask_user(tools:ToolRegistry) -> ToolRegistry:
+    "A copy of `tools` with the `ask_user` tool added; the caller's registry is left as it is."
+    reg = tools.clone()
+    reg.add(ask_user, replace=True)
+    return reg
+
+def is_ask(c:ToolCall) -> bool:
+    "Whether call `c` asks the user (the tool's name in any spelling)."
+    return re.sub(r'[^a-z]', '', str(c.tool).lower()) == 'askuser'
+
+def pending_question(step:Step) -> str|None:
+    "The question a step put to the user that still waits for a reply, if any."
+    return next((str(a.args.get('question', a.args.get('_0', ''))) for a, o in zip(step.actions, step.observations)
+                 if o.content == WAITING and is_ask(a)), None)
+
 # %% ../nbs/05a_kernel.ipynb #0ae662f6
 def _closing(done:list[Step], g:Safeguard, open_:int|None, level:str, keep_answer:bool) -> Iterator:
     "A last step that records why the run ends: the step left open, or a new one. Returns what the tools found."
@@ -168,6 +191,7 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
               keep_answer:bool=False, # such a step keeps the answer too
               t0:float|None=None) -> Iterator: # when the run began (`time.perf_counter()`)
     "A run as events: its start, `body`'s events, its end with every step's usage; nothing raises out of it."
+    # a step that asks the user ends it: `needs_input`
     llm, t0, done, open_ = getattr(agent, 'llm', None), time.perf_counter() if t0 is None else t0, list(steps or []), None
     if start:
         off = {'safeguards_off': off} if (off := switched_off(getattr(agent, 'safeguards', None))) else {}
@@ -182,6 +206,8 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
             if isinstance(e, StepStart): open_ = e.index
             elif isinstance(e, StepEnd): done.append(e.step); open_ = None
             yield e
+            if isinstance(e, StepEnd) and (asked := pending_question(e.step)) is not None:
+                out = (asked, 'needs_input'); break  # the run waits for the user's reply
         answer, reason, *more = out
     except Exception as e:
         answer, reason, more = (yield from _closing(done, crash_safeguard(e, where), open_, level, keep_answer)), 'error', []
@@ -443,15 +469,8 @@ def _played(wired, calls:Calls, question:str, kw:dict) -> Iterator:
         yield e
 
 # %% ../nbs/05a_kernel.ipynb #dd6f97ba
-def fork_events(agent, # the agent that carries on (the run's architecture and tools; its model answers from `step`)
-                run:Run, # any run, live or loaded from a trace
-                step:int, # the step to change: earlier steps are kept as they were
-                model_output=None, # the model's reply at `step` instead of asking it (a str or LLMResponse)
-                observation=None, # what the calls at `step` returned instead: a text, a list, {position: text}
-                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
-                meta:dict|None=None, # more labels for the fork's `RunStart.meta` (a `run_id` keys its calls)
-                after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
-    "Carry `run` on from step `step` as a new run of any architecture, yielding its events; arguments checked at once."
+def _journal_to(agent, run:Run, step:int, model_output=None, observation=None) -> Journal:
+    "The journal a run carried on from `step` plays back: the steps before it, and what `step` gets instead."
     steps, mode = {s.index: s for s in run.steps}, getattr(agent, 'mode', 'json')
     if step not in steps: raise ValueError(f"The run has no step {step}; its steps are {list(steps)}.")
     if model_output is not None and observation is not None:
@@ -466,6 +485,37 @@ def fork_events(agent, # the agent that carries on (the run's architecture and t
         for k, (c, o) in enumerate(zip(s.actions, s.observations)):
             new = o.model_copy(update={'content': texts[k], 'ok': True, 'error': None}) if k in texts else o
             j.results[(step, call_key(c))].append(new)
-    labels = {**(meta or {}), 'fork_step': step, 'parent': parent}
+    return j
+
+def _carry(agent, run:Run, j:Journal, labels:dict, after:Callable|None) -> Iterator:
+    "The events of a new run that plays `run` back from journal `j`, then goes on as the agent does."
     calls = Calls(labels.get('run_id') or '')
-    return _played(_replaying(agent, j, calls, after), calls, run.question, {'meta': labels, 'head': run.meta.get('head')})
+    kw = {'meta': labels, 'head': run.meta.get('head')}
+    return _played(_replaying(agent, j, calls, after), calls, run.question, kw)
+
+def fork_events(agent, # the agent that carries on (the run's architecture and tools; its model answers from `step`)
+                run:Run, # any run, live or loaded from a trace
+                step:int, # the step to change: earlier steps are kept as they were
+                model_output=None, # the model's reply at `step` instead of asking it (a str or LLMResponse)
+                observation=None, # what the calls at `step` returned instead: a text, a list, {position: text}
+                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
+                meta:dict|None=None, # more labels for the fork's `RunStart.meta` (a `run_id` keys its calls)
+                after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
+    "Carry `run` on from step `step` as a new run of any architecture, yielding its events; arguments checked at once."
+    j = _journal_to(agent, run, step, model_output, observation)
+    return _carry(agent, run, j, {**(meta or {}), 'fork_step': step, 'parent': parent}, after)
+
+# %% ../nbs/05a_kernel.ipynb #edd78d24
+def reply_events(agent, # the agent whose run waits (the run's architecture and tools)
+                 run:Run, # a run that stopped with `needs_input`
+                 text:str, # the user's reply to its question
+                 meta:dict|None=None, # more labels for the new run's `RunStart.meta`
+                 after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
+    "Carry on a run that waits for the user, `text` as the result of its `ask_user` call; checked at once."
+    last = run.steps[-1] if run.steps else None
+    if last is None or pending_question(last) is None:
+        raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); "
+                         "ask a new question instead.")
+    k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations)) if is_ask(a) and o.content == WAITING)
+    j = _journal_to(agent, run, last.index, observation={k: str(text)[:20_000]})
+    return _carry(agent, run, j, {**(meta or {}), 'replied_step': last.index}, after)

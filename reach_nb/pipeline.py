@@ -17,7 +17,7 @@ from .tools import ToolRegistry, suggest_name, truncate
 from .llm import ChatModel
 from .react import PROTOCOL, Decision, decide
 from .kernel import Shown, known_summary
-from .kernel import check_safeguards, default_registry, model_call, run_frame, switched_tools
+from .kernel import check_safeguards, default_registry, model_call, run_frame, switched_tools, with_ask_user
 from .plan import ask_json, asking, run_plan
 
 # %% auto #0
@@ -314,11 +314,13 @@ class PipelineAgent:
                  tools, # a `ToolRegistry` or a list of tool functions
                  pipeline:Pipeline|str|Path, # a `Pipeline`, or the path of its YAML file
                  max_corrections:int=2, # correction rounds for a stage's JSON reply before the run stops
+                 ask_user:bool=False, # offer the `ask_user` tool: a task may ask the user, and the run waits for the reply
                  safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  name:str='pipeline'): # the agent's name in traces
         self.llm, self.max_corrections, self.name = llm, max_corrections, name
         self.safeguards = check_safeguards(safeguards)
-        self.tools = switched_tools(default_registry(tools), self.safeguards)
+        self.tools, self.ask_user = switched_tools(default_registry(tools), self.safeguards), bool(ask_user)
+        if ask_user: self.tools = with_ask_user(self.tools)
         self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 
     channels = staticmethod(channels)

@@ -12,7 +12,7 @@ from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .context import get_policy, prompt_for
 from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve, run_events, run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_off, switched_tools
+from .kernel import Shown, check_safeguards, default_registry, switched_off, switched_tools, with_ask_user
 from .react import ReActAgent
 
 # %% auto #0
@@ -158,6 +158,7 @@ class PlanExecuteAgent(PlanningAgent):
                  max_tasks:int=10, # steps in one plan at most
                  executor_steps:int=4, # max_steps of the ReAct run that works out a goal-only step
                  max_corrections:int=2, # correction rounds per model call whose JSON cannot be used
+                 ask_user:bool=False, # offer the `ask_user` tool: a task may ask the user, and the run waits for the reply
                  safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  context=None, # the context policy of those ReAct runs: 'full', 'window:K', 'layered'
                  result_chars:int=1500, # each result is cut to this many characters in prompts
@@ -167,7 +168,8 @@ class PlanExecuteAgent(PlanningAgent):
             raise ValueError(f"replan must be 'always' or 'on_failure', got {replan!r}.")
         self.llm, self.replan, self.max_replans, self.max_tasks = llm, replan, max(int(max_replans), 0), max_tasks
         self.safeguards = check_safeguards(safeguards)
-        self.tools = switched_tools(default_registry(tools), self.safeguards)
+        self.tools, self.ask_user = switched_tools(default_registry(tools), self.safeguards), bool(ask_user)
+        if ask_user: self.tools = with_ask_user(self.tools)
         self.executor_steps, self.max_corrections, self.context = executor_steps, max_corrections, get_policy(context)
         self.result_chars, self.background, self.name = result_chars, background, name
     def __repr__(self): return f"PlanExecuteAgent({self.llm!r}, replan={self.replan!r}, max_replans={self.max_replans})"

@@ -14,15 +14,16 @@ from .parse import parse_json, parse_call, correction_message, split_reasoning, 
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel, LLMResponse, as_response
 from .config import load_settings
+from .kernel import ASK_USER, WAITING, ask_user, is_ask, pending_question, with_ask_user
 from .kernel import (SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
                              known_summary, llm_error_safeguards, model_call, retried_note, run_frame, strict_only,
                              switched_off, switched_tools)
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
-__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'ASK_USER', 'Dialect', 'get_dialect',
-           'check_template', 'system_prompt', 'Decision', 'decide', 'observation_message', 'read_observation_message',
-           'ReActAgent', 'ask_user', 'pending_question', 'tool_step_messages']
+__all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLDERS', 'Dialect', 'get_dialect', 'check_template',
+           'system_prompt', 'Decision', 'decide', 'observation_message', 'read_observation_message', 'ReActAgent',
+           'tool_step_messages']
 
 # %% ../nbs/06_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
@@ -525,35 +526,17 @@ def _seen(self:_Loop) -> dict:
     return {k: (i, out) for i, ran, _ in self.recent for k, out in ran.items()}
 
 # %% ../nbs/06_react.ipynb #fce1c795
-ASK_USER, _WAITING = 'ask_user', "(waiting for the user's reply)"
+_WAITING, _with_ask_user, _is_ask = WAITING, with_ask_user, is_ask  # (the kernel holds ask-user)
 
-def ask_user(question:str): # what to ask, in one or two sentences
-    "Ask the user something only they can answer (a preference, a missing fact, a choice); the run waits for the reply."
-    return _WAITING
-
-def _with_ask_user(tools:ToolRegistry) -> ToolRegistry:
-    "A copy of `tools` with the `ask_user` tool added; the caller's registry is left as it is."
-    reg = tools.clone()
-    reg.add(ask_user, replace=True)
-    return reg
-
-def _is_ask(c:ToolCall) -> bool: return re.sub(r'[^a-z]', '', str(c.tool).lower()) == 'askuser'
-
-def pending_question(step:Step) -> str|None:
-    "The question a step put to the user that still waits for a reply, if any."
-    return next((str(a.args.get('question', a.args.get('_0', ''))) for a, o in zip(step.actions, step.observations)
-                 if o.content == _WAITING and _is_ask(a)), None)
 
 # %% ../nbs/06_react.ipynb #38712c3b
 @patch
 def _known(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
-    "Observations of `calls` that need no run, by call id: a question for the user, or a call that already ran."
+    "Observations of `calls` that need no run, by call id: calls that already ran (`ask_user` is a tool like any)."
     todo, out = {id(c) for c in calls}, {}
     for n, c in enumerate(step.actions):
         if id(c) not in todo: continue
-        if self.a.ask_user and _is_ask(c):
-            out[id(c)] = Observation(tool=ASK_USER, content=_WAITING, call_id=c.id, args=c.args)
-        elif (o := self.cached.get((step.index, n))) is not None and o.tool == c.tool: out[id(c)] = o
+        if (o := self.cached.get((step.index, n))) is not None and o.tool == c.tool: out[id(c)] = o
     return out
 
 # %% ../nbs/06_react.ipynb #0de2438c

@@ -12,7 +12,7 @@ from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
 from .llm import ChatModel
 from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events, run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_tools
+from .kernel import Shown, check_safeguards, default_registry, switched_tools, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
@@ -341,6 +341,7 @@ class ReWOOAgent(PlanningAgent):
                  max_tasks:int=20, # steps a plan may have at most
                  max_parallel:int=4, # tool calls running at once at most
                  max_corrections:int=2, # correction rounds per model call before giving up
+                 ask_user:bool=False, # offer the `ask_user` tool: a task may ask the user, and the run waits for the reply
                  safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  max_evidence_chars:int=4000, # characters of each evidence the solver sees at most
                  background:str='', # what the planner should know
@@ -352,6 +353,8 @@ class ReWOOAgent(PlanningAgent):
                             "use 'text' or 'json'")
         self.safeguards = check_safeguards(safeguards)
         self.llm, self.tools = llm, switched_tools(default_registry(tools), self.safeguards)
+        self.ask_user = bool(ask_user)
+        if ask_user: self.tools = with_ask_user(self.tools)
         self.plan_format, self.replan_on_failure, self.name = plan_format, bool(replan_on_failure), name
         self.max_tasks, self.max_parallel, self.max_corrections = max_tasks, max_parallel, max_corrections
         self.max_evidence_chars, self.background, self.temperature = max_evidence_chars, background, temperature
