@@ -14,9 +14,9 @@ from .llm import ChatModel, LLMResponse, as_response
 
 # %% auto #0
 __all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage',
-           'retried_note', 'llm_error_safeguards', 'model_call', 'check_safeguards', 'switched_off', 'switched_tools',
-           'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry', 'ask_user',
-           'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'cancellable', 'call_key', 'Journal',
+           'retried_note', 'llm_error_safeguards', 'model_call', 'model_reply', 'check_safeguards', 'switched_off',
+           'switched_tools', 'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry',
+           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'cancellable', 'call_key', 'Journal',
            'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_events',
            'reply_events']
 
@@ -80,6 +80,18 @@ def model_call(llm:ChatModel, # the model
     except Exception as e:
         step.safeguards += llm_error_safeguards(e)
         return None
+    return _noted(step, resp)
+
+def model_reply(llm:ChatModel, sent:list[dict], step:Step, **kw) -> LLMResponse|None:
+    "`model_call` without streaming, as a plain function: for a loop that counts each microsecond of a step."
+    try: resp = llm.chat(sent, **kw)
+    except Exception as e:
+        step.safeguards += llm_error_safeguards(e)
+        return None
+    return _noted(step, resp)
+
+def _noted(step:Step, resp:LLMResponse) -> LLMResponse:
+    "Put a reply's raw text, usage, reasoning and retries on the step it made."
     step.raw, step.usage = resp.content or '', call_usage(resp)
     if resp.reasoning: step.reasoning = resp.reasoning
     if resp.retries:
@@ -193,6 +205,7 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     "A run as events: its start, `body`'s events, its end with every step's usage; nothing raises out of it."
     # a step that asks the user ends it: `needs_input`
     llm, t0, done, open_ = getattr(agent, 'llm', None), time.perf_counter() if t0 is None else t0, list(steps or []), None
+    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)  # may ask the user
     if start:
         off = {'safeguards_off': off} if (off := switched_off(getattr(agent, 'safeguards', None))) else {}
         notes = tool_notes(getattr(agent, 'tools', None))
@@ -200,14 +213,18 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
                        meta={**model_labels(llm), **meta, **off, **notes, **(labels or {})})
         for s in done: yield StepEnd(step=s)
     try:
-        while True:
-            try: e = next(body)
-            except StopIteration as stop: out = stop.value; break
-            if isinstance(e, StepStart): open_ = e.index
-            elif isinstance(e, StepEnd): done.append(e.step); open_ = None
-            yield e
-            if isinstance(e, StepEnd) and (asked := pending_question(e.step)) is not None:
-                out = (asked, 'needs_input'); break  # the run waits for the user's reply
+        try:
+            while True:  # pass the body's events on, noting the steps (compared by type: this runs per event)
+                e = next(body)
+                if (k := type(e)) is StepStart: open_ = e.index
+                elif k is StepEnd:
+                    done.append(e.step); open_ = None
+                    yield e
+                    if asks and e.step.actions and (asked := pending_question(e.step)) is not None:
+                        out = (asked, 'needs_input'); break  # the run waits for the user's reply
+                    continue
+                yield e
+        except StopIteration as stop: out = stop.value
         answer, reason, *more = out
     except Exception as e:
         answer, reason, more = (yield from _closing(done, crash_safeguard(e, where), open_, level, keep_answer)), 'error', []

@@ -16,7 +16,7 @@ from .llm import ChatModel, LLMResponse, as_response
 from .config import load_settings
 from .kernel import ASK_USER, WAITING, ask_user, is_ask, pending_question, with_ask_user
 from .kernel import (SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
-                             known_summary, llm_error_safeguards, model_call, retried_note, run_frame, strict_only,
+                             known_summary, llm_error_safeguards, model_call, model_reply, retried_note, run_frame, strict_only,
                              switched_off, switched_tools)
 from .context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
@@ -413,7 +413,8 @@ def _ask(self:_Loop, step:Step, final:bool=False):
         resp, self.reply = self.reply, None
         step.raw = resp.content or ''
         return resp
-    return (yield from model_call(self.a.llm, self.sent, step, self.a.stream_tokens, **self._request(final)))
+    if not self.a.stream_tokens: return model_reply(self.a.llm, self.sent, step, **self._request(final))
+    return (yield from model_call(self.a.llm, self.sent, step, True, **self._request(final)))
 
 # %% ../nbs/06_react.ipynb #4e572c2a
 @patch
