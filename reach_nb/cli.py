@@ -359,13 +359,10 @@ def _workspace(s:Settings, session_id:str|None) -> Path|None:
     return resolve_path(s.trace_dir)/'workspaces'/f'{name}.sqlite'
 
 def _converse(agent, q:str, session_id:str, tf:_TraceFile|None, labels:dict) -> Run|None:
-    "Ask `q` in session `session_id` of the session store, printing the run as it goes; ReAct as the next turn."
+    "Ask `q` as the next turn of conversation `session_id` in the session store, printing the run as it goes."
     from reach_nb.memory import Session
-    from reach_nb.sessions import record
     with _store() as store:
-        if labels['architecture'] != 'react':  # stored, resumable; only ReAct carries the conversation on yet
-            return print_events(lambda show: record(store, agent, q, session_id, meta=labels, on_event=show), trace=tf)
-        return print_events(lambda show: Session(agent, session_id, store).ask(q, on_event=show), trace=tf)
+        return print_events(lambda show: Session(agent, session_id, store, labels=labels).ask(q, on_event=show), trace=tf)
 
 def _labels(agent:str, pipeline:Path|None) -> dict:
     "What a stored run records of how it was made, so that `reach resume` can make the same agent again."

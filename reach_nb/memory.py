@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_memory.ipynb #6bc0e5a6
 from __future__ import annotations
-import json, random, re, uuid
+import copy, json, random, re, uuid
 from dataclasses import asdict
 from typing import Iterator
 from fastcore.basics import patch
@@ -14,12 +14,13 @@ from .tools import ToolRegistry
 from .context import ContextPolicy, Layered, Window, clip, get_policy, newest_fitting, step_summary
 from .react import ReActAgent, system_prompt
 from .sessions import SessionLog, SessionStore, record
+from .kernel import reply_events
 from .recall import LongTermMemory, key_events
 
 # %% auto #0
 __all__ = ['FARM_STEP', 'FARM_CHANNEL', 'BENCH_POLICIES', 'MAX_QUESTION', 'MAX_ANSWER', 'MAX_FACTS', 'MAX_FACT', 'review_result',
            'context_run', 'bench_context', 'facts_found', 'turn_messages', 'history', 'session_head', 'Session',
-           'agent_chat']
+           'conversation_note', 'agent_chat']
 
 # %% ../nbs/09_memory.ipynb #31189a15
 _TASK = ("task_0007 'weekly review 2026-06-24..2026-06-30' done: procedure proc_0003 'weekly review' on transactions\n"
@@ -141,12 +142,14 @@ class Session:
     def __init__(self, agent:ReActAgent, # the agent that answers
                  session_id:str|None=None, # the conversation's id; default a new one
                  store:SessionStore|None=None, # where runs are recorded; its earlier runs of `session_id` are loaded
-                 memory:LongTermMemory|None=None): # recalled into each new head; key events written after each run
-        self.agent, self.store, self.memory = agent, store, memory
+                 memory:LongTermMemory|None=None, # recalled into each new head; key events written after each run
+                 labels:dict|None=None): # labels for each run's meta, e.g. how to make the agent again
+        self.agent, self.store, self.memory, self.labels = agent, store, memory, dict(labels or {})
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.runs, self.learned, self._kept = [], [], set()
         if store is not None: self._load()
-    def __repr__(self): return f"Session({self.session_id!r}, {len(self.runs)} runs, {self.agent.context!r})"
+    def __repr__(self):
+        return f"Session({self.session_id!r}, {len(self.runs)} runs, {getattr(self.agent, 'context', None)!r})"
 
     @property
     def turns(self) -> list[Run]:
@@ -193,11 +196,40 @@ def _folded(events, on_event=None) -> Run:
         if on_event is not None: on_event(e)
     return Run.from_events(seen)
 
+# %% ../nbs/09_memory.ipynb #3749228b
+def conversation_note(earlier:list[Run], # the conversation's earlier turns
+                      memory_block:str='', # recalled long-term memories
+                      turns:int=4, # the last turns told at most
+                      chars:int=600) -> str: # each question and answer cut to this
+    "The conversation so far as a few lines of background, for an agent that takes no conversation head."
+    said = [f"- asked: {clip(r.meta.get('user_message') or r.question, chars)}\n  answered: {clip(r.answer or '', chars)}"
+            for r in earlier[-turns:]]
+    parts = (["Earlier in this conversation:", *said] if said else []) + ([memory_block] if memory_block else [])
+    return '\n'.join(parts)
+
+def _takes_head(agent) -> bool: return isinstance(agent, ReActAgent)
+
+@patch
+def _head_of(self:Session, question:str) -> list[dict]|None:
+    "The next run's head for an agent that takes one (ReAct); None for the others."
+    return self.head(question) if _takes_head(self.agent) else None
+
+@patch
+def _told(self:Session, question:str):
+    "The agent for the next turn: itself, or for one that takes no head a copy told the conversation so far."
+    if _takes_head(self.agent) or not hasattr(self.agent, 'background'): return self.agent
+    note = conversation_note(self.turns, self.recalled(question))
+    if not note: return self.agent
+    told = copy.copy(self.agent)
+    told.background = '\n\n'.join(p for p in (self.agent.background, note) if p)
+    return told
+
 # %% ../nbs/09_memory.ipynb #7e9488f4
 @patch
 def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
     "The paused run carried on with the user's reply: a new run, recorded after the one it continues."
-    events = _tagged(self.agent.reply(paused, text), **meta)
+    own = getattr(self.agent, 'reply', None)  # ReAct's; every other architecture through the kernel
+    events = _tagged(own(paused, text) if own else reply_events(self.agent, paused, text), **meta)
     if self.store is None: return _folded(events, on_event)
     log = SessionLog.new(self.store, self.session_id, paused.question, skip=('token',), meta=meta,
                          parent=paused.meta.get('run_id'))
@@ -207,12 +239,12 @@ def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
 def ask(self:Session, message:str, # the next question, or the reply the last run waits for
         on_event=None) -> Run: # called with each event as it happens (once stored, with a store)
     "Run the next turn of the conversation to its end; with a store, each event is recorded as it happens."
-    meta = {'session_id': self.session_id, 'user_message': clip(message, MAX_QUESTION, fold=False)}
-    paused = self.pending
+    meta = {**self.labels, 'session_id': self.session_id, 'user_message': clip(message, MAX_QUESTION, fold=False)}
+    paused, agent, head = self.pending, self._told(message), self._head_of(message)
     if paused is not None: run = self._reply(paused, message, meta, on_event)
     elif self.store is not None:
-        run = record(self.store, self.agent, message, self.session_id, self.head(message), meta, on_event=on_event)
-    else: run = _folded(self.agent.stream(message, head=self.head(message), meta=meta), on_event)
+        run = record(self.store, agent, message, self.session_id, head, meta, on_event=on_event)
+    else: run = _folded(agent.stream(message, meta=meta, **({'head': head} if head else {})), on_event)
     self.runs.append(run)
     if self.memory is not None: self._learn()  # defined below
     return run
