@@ -4,28 +4,20 @@
 
 # %% ../nbs/22_sim_analyst.ipynb #34bdb313
 from __future__ import annotations
-import json, re, tempfile
-from contextlib import contextmanager
+import json, re
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from itertools import groupby
-from pathlib import Path
 from typing import Callable
-import reach_nb
 import reach_nb.pipeline as pipelines
 from . import dag, plan_execute, rewoo, router
-from .core import Run, UserError
+from .core import Run
 from .llm import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
-from .config import data_path, load_settings, shipped
-from .tools import ToolRegistry
-from .react import ReActAgent
-from .risk_data import ensure_dataset
-from .risk_tools import RiskWorkspace, risk_registry
 
 # %% auto #0
 __all__ = ['PAST', 'CATALOGUE', 'FIGURES', 'PICKS', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'PLANS', 'ROUNDS', 'PHASE_TOOLS',
-           'ANSWERS', 'LOOKUPS', 'ROLES', 'AGENTS', 'Seen', 'read_observations', 'policy_note', 'read_progress',
-           'read_kept', 'read_period', 'period_dates', 'Ask', 'read_ask', 'beyond_data', 'Question', 'read_question',
+           'ANSWERS', 'LOOKUPS', 'ROLES', 'Seen', 'read_observations', 'policy_note', 'read_progress', 'read_kept',
+           'read_period', 'period_dates', 'Ask', 'read_ask', 'beyond_data', 'Question', 'read_question',
            'cannot_simulate', 'task_steps', 'md_table', 'data_range', 'window', 'look_at_data', 'describe_transactions',
            'read_playbook', 'check_operators', 'make_procedure', 'make_task', 'run_it', 'read_results', 'together',
            'current_round', 'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude', 'ask_reply',
@@ -33,8 +25,8 @@ __all__ = ['PAST', 'CATALOGUE', 'FIGURES', 'PICKS', 'SPIKE_QUESTION', 'SURVEY_QU
            'seen_in_history', 'Ref', 'Move', 'moves', 'complete', 'plan_items', 'plan_note', 'rewoo_plan_text',
            'play_planner', 'play_replanner', 'play_helper', 'told_range', 'play_dag_planner', 'play_join',
            'play_rewoo_planner', 'play_router', 'play_chat', 'play_think', 'planned_calls', 'play_act', 'play_observe',
-           'role_of', 'respond', 'SimAnalyst', 'risk_tools', 'data_note', 'example_pipeline', 'make_agent',
-           'risk_agent', 'run_risk_demo']
+           'role_of', 'respond', 'SimAnalyst', 'AGENTS', 'example_pipeline', 'make_agent', 'data_note', 'risk_agent',
+           'risk_tools', 'run_risk_demo']
 
 # %% ../nbs/22_sim_analyst.ipynb #0fa183ff
 @dataclass
@@ -1447,72 +1439,7 @@ class SimAnalyst(ChatModel):
                            prompt_tokens=count_message_tokens(messages), completion_tokens=count_tokens(content),
                            usage_estimated=True)  # counted here: no server reported them
 
-# %% ../nbs/22_sim_analyst.ipynb #bc7d0662
-_ID_OF = {'procedure_id': re.compile(r'\bproc_\d+'), 'task_id': re.compile(r'\btask_\d+')}
-
-def _reading_ids(fn:Callable) -> Callable:
-    "`fn`, with an id argument given as a longer text (an earlier result that names it) cut to the first id in it."
-    def call(**kw):
-        for k, pat in _ID_OF.items():
-            if isinstance(v := kw.get(k), str) and len(v) > 40 and (m := pat.search(v, 0, 4000)): kw[k] = m[0]
-        return fn(**kw)
-    return call
-
-def risk_tools(ws:RiskWorkspace, # the workspace the tools work in
-               **registry_kw) -> ToolRegistry: # for `risk_registry` (e.g. max_chars)
-    "The nine risk tools over `ws`; an id argument also takes an earlier result that names the id, as plans pass it."
-    reg = risk_registry(ws, **registry_kw)
-    for t in reg:
-        if _ID_OF.keys() & {p.name for p in t.params}: t.fn = _reading_ids(t.fn)
-    return reg
-
-def data_note(ws:RiskWorkspace) -> str:
-    "What a planner that sees no result before it plans is told: the days the data covers."
-    lo, hi = ws.db.date_range()
-    return f"The data: the transactions cover {lo}..{hi}; a task's dates must lie inside these days."
-
-# %% ../nbs/22_sim_analyst.ipynb #a488fa16
-AGENTS = ('react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline', 'chat')  # the architectures, by name
-
-def example_pipeline() -> Path:
-    "The think -> act -> observe pipeline's YAML file, shipped with the package (`data/pipelines` in the checkout)."
-    return shipped('pipelines', 'think_act_observe.yaml')
-
-def make_agent(name:str, # one of `AGENTS`
-               llm:ChatModel, # the model, in every role
-               tools:ToolRegistry, # the tools
-               note:str='', # what planners that see no result before planning are told (ReWOO, DAG)
-               pipeline:str|Path|None=None, # the pipeline's YAML file; default `example_pipeline()`
-               **kw): # for the agent's class (ReAct: max_steps defaults to 20)
-    "The agent `name` over `tools`, with `llm` playing every role."
-    if name == 'react': return ReActAgent(llm, tools, **({'max_steps': 20} | kw))
-    if name == 'plan-execute': return plan_execute.PlanExecuteAgent(llm, tools, **kw)
-    if name == 'rewoo': return rewoo.ReWOOAgent(llm, tools, background=note, **kw)
-    if name == 'dag': return dag.DAGAgent(llm, tools, background=note, **kw)
-    if name == 'pipeline': return pipelines.PipelineAgent(llm, tools, pipeline or example_pipeline(), **kw)
-    if name == 'chat': return router.ChatAgent(llm, **kw)
-    if name == 'router':
-        return router.RouterAgent({a: make_agent(a, llm, tools, note) for a in router.AGENT_ROLES}, llm=llm, **kw)
-    raise UserError(f"unknown agent {name!r}", 'the agent name', f"use one of {', '.join(AGENTS)}")
-
-# %% ../nbs/22_sim_analyst.ipynb #d6466a85
-@contextmanager
-def risk_agent(llm:ChatModel|None=None, # the model; default a `SimAnalyst`
-               db:str|Path|None=None, # a risk dataset; default `ensure_dataset()` (built on first use)
-               agent:str='react', # the architecture: one of `AGENTS`
-               pipeline:str|Path|None=None, # for agent='pipeline': its YAML file (default the example)
-               store:str|Path|None=None, # the workspace store (procedures, tasks, results); default a fresh one
-               **agent_kw): # passed to the agent's class (ReAct: max_steps defaults to 20)
-    "An agent over the nine risk tools; its workspace store is `store`, kept, or a temporary one removed on exit."
-    db, cap = ensure_dataset() if db is None else Path(db), load_settings().max_observation_chars or None
-    with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, \
-         RiskWorkspace(db, store=Path(store) if store else Path(d)/'ws.sqlite') as ws:
-        tools = risk_tools(ws, max_chars=cap)
-        yield make_agent(agent, llm or SimAnalyst(), tools, data_note(ws), pipeline, **agent_kw)
-
-def run_risk_demo(question:str=SPIKE_QUESTION, # the risk question to answer
-                  llm:ChatModel|None=None, db:str|Path|None=None,
-                  agent:str='react', # the architecture: one of `AGENTS`
-                  **agent_kw) -> Run:
-    "Answer a risk question with `risk_agent` and return the `Run`."
-    with risk_agent(llm, db, agent, **agent_kw) as a: return a.run(question)
+# %% ../nbs/22_sim_analyst.ipynb #223b9616
+from .agents import AGENTS, example_pipeline, make_agent  # noqa: E402 (forwarded for existing imports)
+from .risk_agents import data_note, risk_agent, risk_tools, run_risk_demo  # noqa: E402
+_all_ = ['AGENTS', 'example_pipeline', 'make_agent', 'data_note', 'risk_agent', 'risk_tools', 'run_risk_demo']
