@@ -11,7 +11,9 @@ from pathlib import Path
 from .core import UserError
 from .dag import LatencyLLM
 from .risk_data import ensure_dataset, ground_truth
-from .sim_analyst import AGENTS, SPIKE_QUESTION, SimAnalyst, risk_agent
+from .agents import AGENTS
+from .risk_agents import risk_agent
+from .sim_analyst import SPIKE_QUESTION, SimAnalyst
 
 # %% auto #0
 __all__ = ['PER_CALL', 'PER_TOKEN', 'ARCHITECTURES', 'TARGETS', 'Figures', 'planted_cause', 'measure', 'bench_agents',

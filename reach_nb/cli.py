@@ -246,7 +246,7 @@ def _labelled(llm, spec:str, s:Settings):
 
 def _model(spec:str|None, s:Settings, registered:bool=False):
     "The chat model for `spec` (default: the model setting); a `UserError` if it can't be made."
-    import reach_nb.sim_analyst  # registers the 'sim-analyst' stand-in
+    import reach_nb.risk_agents  # registers the 'sim-analyst' stand-in (imported when it is made)
     where, spec = ('option --model' if spec else 'the model setting'), spec or s.model
     if registered and spec.partition(':')[0] not in MODELS:
         raise UserError(f"unknown model spec {spec!r}", where, f"use one of {_known_models()}")
@@ -315,7 +315,7 @@ def _for_agent(agent:str, # the --agent option
                pipeline:Path|None, # the --pipeline option
                given:dict) -> None: # option -> value, for the options that only some agents take
     "Check the agent and the options given with it; a `UserError` for an unknown agent or an option it does not take."
-    from reach_nb.sim_analyst import AGENTS
+    from reach_nb.agents import AGENTS
     if agent not in AGENTS: raise UserError(f"unknown agent {agent[:60]!r}", 'option --agent',
                                             f"use one of {', '.join(AGENTS)}")
     if pipeline is not None and agent != 'pipeline':
@@ -396,7 +396,7 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
         pipeline:Optional[Path] = typer.Option(None, help=_PIPELINE_HELP),
         mcp:Optional[Path] = typer.Option(None, help='Also use the tools of the MCP servers in this config file.')):
     "Ask a risk-analysis agent a question (the nine risk tools over the sample data, and any MCP servers' tools)."
-    from reach_nb.sim_analyst import risk_agent
+    from reach_nb.risk_agents import risk_agent
     q, kw, sid = _question(question, file), _agent_options(native, context, dialect), _session_id(session)
     _for_agent(agent, pipeline, {'--native': native, '--dialect': dialect, '--session': session,
                                  '--max-steps': max_steps, '--context': context})
@@ -416,7 +416,8 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
          trace:Optional[Path] = typer.Option(None, help='Where to write the trace (default: <trace_dir>/demo.jsonl).'),
          timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request (default 60).')):
     "Run the risk demo: a real model if one is configured, else the SimAnalyst stand-in (no key needed)."
-    from reach_nb.sim_analyst import SPIKE_QUESTION, risk_agent
+    from reach_nb.risk_agents import risk_agent
+    from reach_nb.sim_analyst import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
     s = _settings(request_timeout=timeout)
     tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', 'option --trace' if trace else 'the trace_dir setting')
@@ -470,7 +471,7 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
                timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request.'),
                trace:Optional[Path] = typer.Option(None, help='Write the whole run as JSON lines here.')):
     "Finish a run whose process died, from the session store, without doing its finished steps again."
-    from reach_nb.sim_analyst import risk_agent
+    from reach_nb.risk_agents import risk_agent
     with _store() as store:
         stored = _stored(store, run_id)
         spec, base_url = _stored_model(stored.meta, model, base_url)
@@ -718,7 +719,8 @@ def bench_agents_cmd(per_call:float = typer.Option(0.8, help='Seconds each model
                      chart:Optional[Path] = typer.Option(None, help='Also save a bar chart of the figures (PNG).')):
     "Every architecture on the demo question at a hosted model's latency: calls, tokens, time, tool calls, the cause."
     from reach_nb.bench_agents import ARCHITECTURES, bench_agents_cli
-    from reach_nb.sim_analyst import AGENTS, SPIKE_QUESTION
+    from reach_nb.agents import AGENTS
+    from reach_nb.sim_analyst import SPIKE_QUESTION
     _at_least(per_call, 0, '--per-call'); _at_least(per_token, 0, '--per-token')
     if chart is not None and importlib.util.find_spec('matplotlib') is None:  # a development dependency
         raise UserError('matplotlib is not installed', 'option --chart', 'pip install matplotlib, or drop --chart')
@@ -793,7 +795,7 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
     "Measure agents on the evaluation tasks: completion by level, efficiency, format, safeguards, tokens, latency."
     from reach_nb.eval import eval_cli
     from reach_nb.react import SAFEGUARDS
-    from reach_nb.sim_analyst import AGENTS
+    from reach_nb.agents import AGENTS
     _eval_numbers(seeds, concurrency, ablation_seeds, faults)
     if context is not None: _agent_options(False, context, None)
     s = _settings(base_url=base_url)

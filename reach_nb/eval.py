@@ -23,7 +23,8 @@ from .parse import parse_json
 from .react import SAFEGUARDS
 from .risk_data import ensure_dataset, ground_truth
 from .risk_tools import RiskDB, RiskWorkspace
-from .sim_analyst import AGENTS, data_note, make_agent, risk_tools
+from .agents import AGENTS, make_agent
+from .risk_agents import data_note, risk_tools
 
 # %% auto #0
 __all__ = ['TRUTH_FUNCTIONS', 'MAX_TRUTH_ROWS', 'TRUTH_TIMEOUT', 'JUDGE_PROMPT', 'GRADERS', 'REGISTRY_SAFEGUARDS',

@@ -12,7 +12,9 @@ from reach_nb.llm import ChatModel, LLMError
 from reach_nb.risk_tools import RiskWorkspace
 from reach_nb.risk_data import ensure_dataset
 from reach_nb.sessions import SQLiteSessionStore, fork_run, record, resume
-from reach_nb.sim_analyst import AGENTS, SPIKE_QUESTION, SimAnalyst, data_note, make_agent, risk_tools
+from reach_nb.agents import AGENTS, make_agent
+from reach_nb.risk_agents import data_note, risk_tools
+from reach_nb.sim_analyst import SPIKE_QUESTION, SimAnalyst
 from reach_nb.tools import ToolRegistry
 
 TOOLED = [a for a in AGENTS if a != 'chat']

@@ -55,3 +55,29 @@ def test_run_viewer_shows_static_html_without_share_imported():
         assert b['text/html'] == run_static_html(run) and 'the answer' in b['text/html']''')
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def run_fresh(code:str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+
+
+def test_evaluating_a_model_does_not_load_the_simulator():
+    "The evaluation, the registry and the risk agents import the simulated analyst only when it is the model."
+    r = run_fresh('''
+        import sys
+        import reach_nb.eval, reach_nb.risk_agents, reach_nb.agents
+        from reach_nb.llm import get_model
+        from reach_nb.risk_agents import risk_agent
+        with risk_agent(llm=get_model('echo')) as a: pass
+        assert 'reach_nb.sim_analyst' not in sys.modules, 'loaded without being the model'
+        assert type(get_model('sim-analyst')).__name__ == 'SimAnalyst'
+        assert 'reach_nb.sim_analyst' in sys.modules''')
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_simulator_still_forwards_the_risk_agents():
+    r = run_fresh('''
+        from reach_nb.sim_analyst import AGENTS, data_note, example_pipeline, make_agent, risk_agent, risk_tools, run_risk_demo
+        import reach_nb.agents as agents, reach_nb.risk_agents as risk_agents
+        assert risk_agent is risk_agents.risk_agent and make_agent is agents.make_agent and AGENTS == agents.AGENTS''')
+    assert r.returncode == 0, r.stderr[-3000:]

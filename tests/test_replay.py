@@ -1,5 +1,6 @@
 "A run against a real HTTP endpoint, recorded once, replays byte for byte offline."
-from reach_nb.sim_analyst import SimAnalyst, SPIKE_QUESTION, risk_agent
+from reach_nb.risk_agents import risk_agent
+from reach_nb.sim_analyst import SimAnalyst, SPIKE_QUESTION
 from reach_nb.llm import OpenAIChat, RecordingLLM, ReplayLLM, CassetteMismatch
 from reach_nb.modelserver import ModelServer
 import pytest

@@ -19,7 +19,7 @@ import pytest
 
 from reach_nb.risk_data import ensure_dataset
 from reach_nb.sessions import SQLiteSessionStore, record, resume
-from reach_nb.sim_analyst import AGENTS
+from reach_nb.agents import AGENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,8 @@ CHILD = r'''
 import json, sys, threading, time
 from reach_nb.kernel import rewired, watched
 from reach_nb.sessions import SQLiteSessionStore, record, resume
-from reach_nb.sim_analyst import SPIKE_QUESTION, risk_agent
+from reach_nb.risk_agents import risk_agent
+from reach_nb.sim_analyst import SPIKE_QUESTION
 
 def ledgered(agent, ledger, stop_in_call=0):
     "`agent` whose tool calls each append a line to `ledger` when they end; the `stop_in_call`-th call never ends."

@@ -16,7 +16,8 @@ from reach_nb.core import Run
 from reach_nb.llm import FaultyLLM, OpenAIChat, get_model
 from reach_nb.modelserver import ModelServer
 from reach_nb.risk_data import LAST_WEEK, ensure_dataset, ground_truth
-from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst, risk_agent, run_risk_demo
+from reach_nb.risk_agents import risk_agent, run_risk_demo
+from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst
 
 NUMBER = re.compile(r'\d[\d,]*(?:\.\d+)?%?')
 

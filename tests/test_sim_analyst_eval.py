@@ -8,9 +8,10 @@ import re
 import duckdb
 import pytest
 
-from reach_nb.eval import said_not_simulated
-from reach_nb.risk_data import ensure_dataset
-from reach_nb.sim_analyst import read_ask, read_question, run_risk_demo
+from reach_nb.eval import ABLATIONS, EvalConfig, ablation_name, evaluate, load_tasks, rows_of, said_not_simulated
+from reach_nb.risk_data import ensure_dataset, ground_truth
+from reach_nb.risk_agents import run_risk_demo
+from reach_nb.sim_analyst import SPIKE_QUESTION, read_ask, read_question
 
 
 @pytest.fixture(scope='module')
@@ -123,3 +124,25 @@ def test_forecasts_and_days_outside_the_data_are_declined(db, agent):
         assert said_not_simulated(run), (agent, q, run.answer)
         assert not any(a.tool == 'run_task' for s in run.steps for a in s.actions), (agent, q)
         assert not re.search(r'\b[cg]\d\d\b|CNY', run.answer or ''), (agent, q, run.answer)
+
+
+def planted_cause(db) -> list[str]:
+    "What the spike's answer must name: its channel, its item and the ring's devices (the data's ground truth)."
+    g = next(g for g in ground_truth(db) if g['pattern'] == 'channel_spike')
+    return [g['channel_id'], *g['key_entities']['items'], *g['key_entities']['muids']]
+
+
+@pytest.mark.parametrize('context', ['layered', 'window:3', 'window:2'])
+def test_spike_under_a_context_policy(db, context):
+    "Older steps summarised or left out of the prompt: the analysis goes on from what is kept, not from the start."
+    full, run = run_risk_demo(SPIKE_QUESTION, db=db), run_risk_demo(SPIKE_QUESTION, db=db, context=context)
+    assert run.stop_reason == 'answer' and tools_of(run) == tools_of(full), tools_of(run)
+    assert all(v in run.answer for v in planted_cause(db)), run.answer
+
+
+def test_layered_context_ablation_row_at_no_faults(tmp_path, db):
+    "The ablation's 'layered context' row at faults 0: every demo task passes, as with the full context."
+    tasks = [t for t in load_tasks() if 'demo' in t.tags]
+    cfg = EvalConfig(**ABLATIONS['layered context'], name=ablation_name('layered context', 0.0))
+    rows = rows_of(evaluate(tasks, [cfg], tmp_path, concurrency=2, db=db, progress=False), tasks, [cfg], [0])
+    assert len(rows) == len(tasks) >= 5 and {r['status'] for r in rows} == {'passed'}, rows

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reach_nb.risk_data import ensure_dataset
-from reach_nb.sim_analyst import run_risk_demo
+from reach_nb.risk_agents import run_risk_demo
 
 from browser import CHROMIUM_ARGS, TOKEN, ensure_chromium, ensure_python_package, jupyterlab, write_notebook
 
@@ -30,7 +30,8 @@ CELLS = [
 from reach_nb.viewer import RunViewer
 from reach_nb.dag import DAGAgent, LatencyLLM
 from reach_nb.llm import FaultyLLM, ScriptedLLM
-from reach_nb.sim_analyst import SPIKE_QUESTION, SimAnalyst, risk_agent, run_risk_demo""",
+from reach_nb.risk_agents import risk_agent, run_risk_demo
+from reach_nb.sim_analyst import SPIKE_QUESTION, SimAnalyst""",
     """v = RunViewer(run_risk_demo())
 v.add_class('t-demo')
 v""",

@@ -24,7 +24,8 @@ from reach_nb.llm import FaultyLLM, ScriptedLLM
 from reach_nb.react import ReActAgent
 from reach_nb.risk_data import ensure_dataset
 from reach_nb.share import run_to_html
-from reach_nb.sim_analyst import SimAnalyst, run_risk_demo
+from reach_nb.risk_agents import run_risk_demo
+from reach_nb.sim_analyst import SimAnalyst
 
 from browser import CHROMIUM_ARGS, TOKEN, ensure_chromium, ensure_python_package, jupyterlab, write_notebook
 
@@ -296,7 +297,7 @@ def test_every_payload_is_inert_in_every_page(browser, tmp_path):
 NOTEBOOK = ["""\
 import reach_nb.share  # viewers' outputs also carry the run as static HTML
 from reach_nb.viewer import RunViewer
-from reach_nb.sim_analyst import run_risk_demo""",
+from reach_nb.risk_agents import run_risk_demo""",
             "run = run_risk_demo()\nRunViewer(run)"]
 
 
