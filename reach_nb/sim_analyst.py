@@ -10,7 +10,7 @@ from datetime import date, timedelta
 from itertools import groupby
 from typing import Callable
 import reach_nb.pipeline as pipelines
-from . import dag, plan_execute, rewoo, router
+from . import dag, plan_execute, react, rewoo, router
 from .core import Run
 from .llm import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
 
@@ -39,20 +39,13 @@ class Seen:
     error: str|None = None
     turn: int = 0  # the position of its message in the conversation: the calls of one reply share it
 
-_HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \(FAILED, (?P<error>\w+)\))?:')
-
-def _blocks(text:str) -> list[tuple[str, str]]:
-    "(head line, body) of each observation block in one message."
-    return [block.partition('\n')[::2] for block in re.split(r'\n\n(?=Observation for )', text)]
-
 def read_observations(messages:list[dict]) -> list[Seen]:
-    "Every observation in `messages`, oldest first, from the user messages that start with 'Observation for'."
+    "Every observation in `messages`, oldest first: ReAct's observation messages, read with its own reader."
     out = []
     for i, m in enumerate(messages):
         text = m.get('content')
         if m.get('role') != 'user' or not isinstance(text, str) or not text.startswith('Observation for '): continue
-        for head, body in _blocks(text):
-            if h := _HEAD.fullmatch(head): out.append(Seen(h['tool'], h['call'], not h['error'], body, h['error'], i))
+        out += [Seen(*s, turn=i) for s in react.read_observation_message(text)]
     return out
 
 # %% ../nbs/22_sim_analyst.ipynb #773bbad2
@@ -1060,62 +1053,27 @@ def _seen_of(tool:str, call:str, ok:bool, text:str, error:str|None=None) -> list
         if inner := read_observations([{'role': 'user', 'content': text}]): return inner
     return [Seen(tool, call, ok, text, error)]
 
-_PE_STEP = re.compile(r'- (\S+): .*? \[(?:(\w+)\((.*)\)|for the helper agent)\]')
-_PE_RESULT = re.compile(r'  (result|FAILED): ')
+def _seen_all(shown:list) -> list[Seen]:
+    "What an architecture's reader gave (`kernel.Shown`), as `Seen` records."
+    return [x for r in shown for x in _seen_of(r.tool, r.call, r.ok, r.text, r.error)]
 
 def seen_in_steps(text:str) -> list[Seen]:
-    "The results in a plan-and-execute prompt: '- s1: goal [call]', then '  result: ...' (more lines indented)."
-    out, lines = [], text.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        if not (m := _PE_STEP.fullmatch(line)) or not (r := _PE_RESULT.match(lines[i + 1])): continue
-        body = [lines[i + 1][r.end():]]
-        for more in lines[i + 2:]:
-            if not more.startswith('    '): break
-            body.append(more[4:])
-        tool, ok = m[2] or '(agent)', r[1] == 'result'
-        out += _seen_of(tool, f"{tool}({m[3] or ''})", ok, '\n'.join(body), None if ok else 'failed')
-    return out
+    "The results in a plan-and-execute prompt, read with plan-and-execute's reader of its steps done."
+    return _seen_all(plan_execute.read_done_text(text))
 
 # %% ../nbs/22_sim_analyst.ipynb #7adca231
-_DAG_TASK = re.compile(r'^- [^\s(]+(?: \(.*?\))?: (\w+)\(([^\n]*?)\) -> (ok|failed): ', re.M)
-_AFTER_RESULTS = re.compile(r'^Plan \d+:$|\n\nA new plan is needed: ', re.M)
-
 def seen_in_results(text:str) -> list[Seen]:
-    "The results in a DAG prompt: '- t1 (goal): call -> ok: result', each running to the next."
-    out, hits = [], list(_DAG_TASK.finditer(text))
-    for m, nxt in zip(hits, hits[1:] + [None]):
-        end = nxt.start() if nxt else len(text)
-        if cut := _AFTER_RESULTS.search(text, m.end(), end): end = cut.start()
-        ok = m[3] == 'ok'
-        out += _seen_of(m[1], f"{m[1]}({m[2]})", ok, text[m.end():end].rstrip('\n'), None if ok else 'failed')
-    return out
-
-_EVIDENCE = re.compile(r'^#E\d+ = (\w+)\[([^\n]*)\]\nEvidence #E\d+(?: \((failed|not run)\))?: ', re.M)
-_AFTER_EVIDENCE = re.compile(r'\n\n(?:Plan: |Failed evidence: )')
+    "The results in a DAG prompt, read with the DAG's reader of its results."
+    return _seen_all(dag.read_results_text(text))
 
 def seen_in_evidence(text:str) -> list[Seen]:
-    "The evidence in a ReWOO prompt: '#E1 = tool[args]', then 'Evidence #E1: result', up to the next step."
-    out = []
-    for m in _EVIDENCE.finditer(text):
-        end = cut.start() if (cut := _AFTER_EVIDENCE.search(text, m.end())) else len(text)
-        body, ok = text[m.end():end], m[3] is None
-        out += _seen_of(m[1], f"{m[1]}({m[2]})", ok, body if ok else body.removeprefix('Error: '), m[3])
-    return out
+    "The evidence in a ReWOO prompt, read with ReWOO's reader of its evidence."
+    return _seen_all(rewoo.read_evidence_text(text))
 
 # %% ../nbs/22_sim_analyst.ipynb #2c05c7c8
-_ENTRY = re.compile(r'^\[(?:iteration \d+|before|after)\] [\w-]+: ', re.M)
-_CALLED = re.compile(r'(?:^|; )called (\w+)\(([^\n]*?)\) → (FAILED: )?')
-
 def seen_in_history(text:str) -> list[Seen]:
-    "The tool results in a pipeline's history: entries like '[iteration 1] act: called tool(args) → result; ...'."
-    out, heads = [], list(_ENTRY.finditer(text))
-    for h, nxt in zip(heads, heads[1:] + [None]):
-        entry = text[h.end():nxt.start() if nxt else len(text)].rstrip('\n')
-        calls = list(_CALLED.finditer(entry)) if entry.startswith('called ') else []
-        for c, after in zip(calls, calls[1:] + [None]):
-            body, ok = entry[c.end():after.start() if after else len(entry)], not c[3]
-            out += _seen_of(c[1], f"{c[1]}({c[2]})", ok, body, None if ok else 'failed')
-    return out
+    "The tool results in a pipeline's history, read with the pipeline's reader of it."
+    return _seen_all(pipelines.read_history(text))
 
 # %% ../nbs/22_sim_analyst.ipynb #d0354064
 class Ref(str):
