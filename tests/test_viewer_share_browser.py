@@ -295,8 +295,7 @@ def test_every_payload_is_inert_in_every_page(browser, tmp_path):
 
 
 NOTEBOOK = ["""\
-import reach_nb.share  # viewers' outputs also carry the run as static HTML
-from reach_nb.viewer import RunViewer
+from reach_nb.viewer import RunViewer  # its output carries the run as static HTML too, share imported or not
 from reach_nb.risk_agents import run_risk_demo""",
             "run = run_risk_demo()\nRunViewer(run)"]
 
