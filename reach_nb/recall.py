@@ -90,7 +90,7 @@ _STOP = set('''a an the of to in on for by and or is are was were be it its this
                with from as at vs'''.split())
 
 def tokens(text:str) -> list[str]:
-    "Lower-case words (plurals folded, stop words dropped) and CJK character bigrams, as the knowledge-base search has."
+    "Lower-case words (plurals folded, stop words dropped) and CJK character bigrams: the knowledge base's search tokens too."
     t = text.lower()
     fold = lambda w: w[:-1] if len(w) > 3 and w.endswith('s') and not w.endswith('ss') else w
     words = [fold(w) for w in _WORD.findall(t) if w not in _STOP]
@@ -548,7 +548,7 @@ def load_pairs(path:str|Path|None=None) -> tuple[list[dict], list[dict]]:
     return [r for r in rows if r['type'] == 'memory'], [r for r in rows if r['type'] == 'question']
 
 class KeywordIndex:
-    "BM25 over `tokens` (words and CJK bigrams), ranked as the knowledge-base search ranks: the keyword baseline."
+    "BM25 over `tokens` (words and CJK bigrams): the keyword baseline here, and the knowledge base's search (`risk_tools`)."
     def __init__(self, texts:list[str], k1:float=1.5, b:float=0.75):
         self.docs, self.k1, self.b = [Counter(tokens(t)) for t in texts], k1, b
         self.df = Counter(t for d in self.docs for t in d)

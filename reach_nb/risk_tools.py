@@ -17,13 +17,15 @@ from pydantic import BaseModel
 from .config import data_path, load_settings, shipped
 from .core import UserError
 from .tools import Tool, ToolRegistry, schema_label, short_repr, suggest_name
+from .recall import KeywordIndex, tokens
 
 # %% auto #0
-__all__ = ['DATASETS', 'DIMENSIONS', 'DEFAULT_DIMS', 'FILTER_COLUMNS', 'DIM_ALIASES', 'OPERATORS', 'tiny_dataset', 'check_column',
-           'check_filters', 'Window', 'make_window', 'QueryTimeout', 'Rows', 'duckdb_config', 'configure_duckdb',
-           'lock_down', 'RiskDB', 'Query', 'StepResult', 'Operator', 'operator', 'concentration', 'aggregate', 'trend',
-           'zscore', 'velocity', 'sharing', 'cohort_compare', 'refund_rate', 'check_step', 'run_operator',
-           'WorkspaceStore', 'RiskWorkspace', 'kb_tokens', 'KBSection', 'md_sections', 'KnowledgeBase', 'risk_registry']
+__all__ = ['DATASETS', 'DIMENSIONS', 'DEFAULT_DIMS', 'FILTER_COLUMNS', 'DIM_ALIASES', 'OPERATORS', 'kb_tokens', 'tiny_dataset',
+           'check_column', 'check_filters', 'Window', 'make_window', 'QueryTimeout', 'Rows', 'duckdb_config',
+           'configure_duckdb', 'lock_down', 'RiskDB', 'Query', 'StepResult', 'Operator', 'operator', 'concentration',
+           'aggregate', 'trend', 'zscore', 'velocity', 'sharing', 'cohort_compare', 'refund_rate', 'check_step',
+           'run_operator', 'WorkspaceStore', 'RiskWorkspace', 'KBSection', 'md_sections', 'KnowledgeBase',
+           'risk_registry']
 
 # %% ../nbs/21_risk_tools.ipynb #978b4fbd
 _TINY_TABLES = """
@@ -1338,19 +1340,7 @@ def get_result(self:RiskWorkspace, task_id:str, # from create_task, e.g. 'task_0
     return _cap(blocks, t['id'])
 
 # %% ../nbs/21_risk_tools.ipynb #b27c6182
-_WORD, _CJK = re.compile(r'[a-z0-9_]+'), re.compile(r'[\u3400-\u4dbf\u4e00-\u9fff]+')
-_STOP = set('a an the of to in on for by and or is are was were be it its this that what which why how did does do '
-            'with from as at vs'.split())
-
-def _fold(w:str) -> str:
-    "A short English plural folded to its singular: 'refunds' -> 'refund' (not 'class' -> 'clas')."
-    return w[:-1] if len(w) > 3 and w.endswith('s') and not w.endswith('ss') else w
-
-def kb_tokens(text:str) -> list[str]:
-    "Search tokens: lower-case words (plurals folded, stop words dropped) and CJK character bigrams."
-    t = text.lower()
-    words = [_fold(w) for w in _WORD.findall(t) if w not in _STOP]
-    return words + [run[i:i + 2] for run in _CJK.findall(t) for i in range(max(len(run) - 1, 1))]
+kb_tokens = tokens  # the search tokens are recall's: words (plurals folded, stop words dropped), CJK bigrams
 
 # %% ../nbs/21_risk_tools.ipynb #c1378c58
 @dataclass
@@ -1379,27 +1369,20 @@ def md_sections(text:str, file:str) -> list[KBSection]:
 
 # %% ../nbs/21_risk_tools.ipynb #ad69d0ba
 class KnowledgeBase:
-    "The sections of the markdown files in a folder, ranked for a query with BM25 over words and CJK bigrams."
+    "The sections of the markdown files in a folder, ranked for a query with BM25 (recall's `KeywordIndex`)."
     def __init__(self, folder:str|Path, k1:float=1.5, b:float=0.75):
-        self.folder, self.k1, self.b = Path(folder), k1, b
+        self.folder = Path(folder)
         self.files = sorted(self.folder.glob('*.md'))
         self.sections = [s for f in self.files for s in md_sections(f.read_text(encoding='utf-8'), f.name)]
-        self.docs = [Counter(kb_tokens(f'{s.heading}\n{s.heading}\n{s.text}')) for s in self.sections]
-        self.df = Counter(t for d in self.docs for t in d)
-        self.avgdl = sum(sum(d.values()) for d in self.docs) / max(len(self.docs), 1)
+        self.index = KeywordIndex([f'{s.heading}\n{s.heading}\n{s.text}' for s in self.sections], k1, b)  # headings count twice
 
     def score(self, i:int, query:list[str]) -> float:
         "The BM25 score of section `i` for the query tokens."
-        d, n, dl = self.docs[i], len(self.docs), sum(self.docs[i].values())
-        idf = lambda t: math.log(1 + (n - self.df[t] + 0.5) / (self.df[t] + 0.5))
-        norm = self.k1 * (1 - self.b + self.b * dl / self.avgdl)
-        return sum(idf(t) * d[t] * (self.k1 + 1) / (d[t] + norm) for t in set(query) if t in d)
+        return self.index.score(i, query)
 
     def search(self, query:str, limit:int=3) -> list[tuple[float, KBSection]]:
         "The best `limit` sections for `query`, with their scores (only sections that match at all)."
-        q = kb_tokens(query)
-        hits = sorted(((self.score(i, q), i) for i in range(len(self.sections))), key=lambda x: (-x[0], x[1]))
-        return [(s, self.sections[i]) for s, i in hits[:limit] if s > 0]
+        return [(s, self.sections[i]) for s, i in self.index.search(query, limit)]
 
 # %% ../nbs/21_risk_tools.ipynb #074b42fc
 @patch
