@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from .core import UserError
-from .dag import LatencyLLM
+from .llm import LatencyLLM
 from .risk_data import ensure_dataset, ground_truth
 from .agents import AGENTS
 from .risk_agents import risk_agent

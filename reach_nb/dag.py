@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .core import *
 from .parse import ParseResult, parse_json, correction_message
 from .tools import ToolRegistry, truncate
-from .llm import ChatModel, LLMResponse, text_chunks
+from .llm import ChatModel, LatencyLLM, LLMResponse, text_chunks
 from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan, closing_step, end_blocked
 from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
 from .kernel import call_usage, check_safeguards, default_registry, llm_error_safeguards, retried_note
@@ -19,40 +19,8 @@ from .kernel import Shown, switched_tools, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
-           'FINAL_JOIN_FORMAT', 'MAX_LINE_CHARS', 'LatencyLLM', 'results_text', 'read_results_text', 'planner_messages',
+           'FINAL_JOIN_FORMAT', 'MAX_LINE_CHARS', 'results_text', 'read_results_text', 'planner_messages',
            'join_messages', 'read_dag', 'read_join', 'DAGAgent']
-
-# %% ../nbs/13_dag.ipynb #3bd0f553
-class LatencyLLM(ChatModel):
-    "Answers as `inner` does, after waiting as a hosted model would: `per_call`, then `per_token` per output token."
-    meta = property(lambda self: self.inner.meta)  # a wrapped stand-in stays labelled as one
-    def __init__(self, inner:ChatModel, # the model that answers
-                 per_call:float=0.5, # seconds before the first token: the request, the queue, reading the prompt
-                 per_token:float=0.01): # seconds per output token
-        super().__init__(inner.name)
-        self.inner, self.per_call, self.per_token, self.slept = inner, per_call, per_token, 0.0
-
-    def _wait(self, seconds:float):
-        time.sleep(seconds)
-        with self._lock: self.slept += seconds
-
-    def _complete(self, messages, tools, json_mode, temperature):
-        r = self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
-        self._wait(self.per_call + self.per_token * r.completion_tokens)
-        return r
-
-# %% ../nbs/13_dag.ipynb #4527ee92
-@patch
-def _stream(self:LatencyLLM, messages, tools, json_mode, temperature):
-    "The answer in word-sized pieces, each after its share of the output tokens' time."
-    r = self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
-    self._wait(self.per_call)
-    pieces, total = text_chunks(r.content), self.per_token * r.completion_tokens
-    for p in pieces:
-        self._wait(total * len(p) / len(r.content))
-        yield p
-    if not pieces: self._wait(total)
-    yield r
 
 # %% ../nbs/13_dag.ipynb #11a1bac5
 PLANNER_PROMPT = """You plan the tool calls that answer the user's question. Calls that do not need each other's \

@@ -18,7 +18,8 @@ from .config import Settings, load_settings
 __all__ = ['FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
            'MalformedResponse', 'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch',
            'as_response', 'ChatModel', 'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM',
-           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'encodable', 'OpenAIChat', 'register_model', 'get_model']
+           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'encodable', 'OpenAIChat', 'register_model', 'get_model',
+           'LatencyLLM']
 
 # %% ../nbs/04_llm.ipynb #ec032b4c
 @functools.cache
@@ -801,3 +802,35 @@ def get_model(spec:str|None=None,            # e.g. 'echo', 'scripted:run.json',
     name, _, arg = spec.partition(':')
     if name in MODELS: return MODELS[name](arg, settings)
     return OpenAIChat.from_settings(settings, model=spec)
+
+# %% ../nbs/04_llm.ipynb #3bd0f553
+class LatencyLLM(ChatModel):
+    "Answers as `inner` does, after waiting as a hosted model would: `per_call`, then `per_token` per output token."
+    meta = property(lambda self: self.inner.meta)  # a wrapped stand-in stays labelled as one
+    def __init__(self, inner:ChatModel, # the model that answers
+                 per_call:float=0.5, # seconds before the first token: the request, the queue, reading the prompt
+                 per_token:float=0.01): # seconds per output token
+        super().__init__(inner.name)
+        self.inner, self.per_call, self.per_token, self.slept = inner, per_call, per_token, 0.0
+
+    def _wait(self, seconds:float):
+        time.sleep(seconds)
+        with self._lock: self.slept += seconds
+
+    def _complete(self, messages, tools, json_mode, temperature):
+        r = self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
+        self._wait(self.per_call + self.per_token * r.completion_tokens)
+        return r
+
+# %% ../nbs/04_llm.ipynb #4527ee92
+@patch
+def _stream(self:LatencyLLM, messages, tools, json_mode, temperature):
+    "The answer in word-sized pieces, each after its share of the output tokens' time."
+    r = self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
+    self._wait(self.per_call)
+    pieces, total = text_chunks(r.content), self.per_token * r.completion_tokens
+    for p in pieces:
+        self._wait(total * len(p) / len(r.content))
+        yield p
+    if not pieces: self._wait(total)
+    yield r
