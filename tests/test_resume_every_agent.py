@@ -1,9 +1,9 @@
 """Every architecture, SIGKILLed at step boundaries, inside a tool call, inside parallel calls and during the final
 answer, then resumed: the answer equals the uninterrupted run's, and every tool call ran exactly once in all.
 
-One exception is counted, not hidden: when the store stops while calls run side by side (the planners' work
-steps), calls that finished after it stopped never had their results stored; they run again. No call whose result
-was stored ever runs again, and a kill inside a call (the others of its step go on and are stored) loses nothing.
+One exception is counted, not hidden: when the process dies while calls run side by side (a ReAct step's calls,
+the planners' work steps), a call that finished in the moment before its result was stored runs again. No call
+whose result was stored ever runs again; an architecture that runs one call at a time loses nothing.
 
 A child process records a run of the risk agent (the offline analyst over the nine risk tools and the sample data)
 into a session store, with the tools' workspace in a file beside it. Every tool call that runs to its end appends a
@@ -146,6 +146,6 @@ def test_killed_and_resumed(arch, kind, which, child, db, baselines, tmp_path):
     after, lost = ledger_of(tmp_path/'ledger'), before - kept  # lost: ran, but the kill came before it was stored
     assert not kept - before, 'a stored result that no call made'
     assert after - lost == base['ledger'], 'a call whose result was stored ran again, or a call never ran'
-    if kind == 'in-call' or arch not in ('rewoo', 'dag', 'pipeline'):  # no call was in flight, unstored, at the kill
+    if arch == 'plan-execute':  # it runs one call at a time: none can be in flight, unstored, at the kill
         assert (lost, after) == (Counter(), base['ledger'])
     if kind == 'in-call': assert sum(before.values()) < sum(base['ledger'].values())

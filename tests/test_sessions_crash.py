@@ -105,7 +105,8 @@ def run_together(where:str, session:str, n:int, writers:int) -> list[str]:
         assert [int(a[1]) for a in acks] == list(range(n))
         spans.append((float(acks[0][2]), float(acks[-1][2])))
     alone = [s for s in spans if not any(o is not s and o[0] < s[1] and s[0] < o[1] for o in spans)]
-    assert not alone, f'writers that appended while no other did: {alone} of {spans}'  # two cores: not all at once
+    # on two busy cores a writer may get its turn alone; the test needs writers that did append at the same time
+    assert len(spans) - len(alone) >= 2, f'no two writers appended at the same time: {spans}'
     return [rid for _, rid in started]
 
 
