@@ -50,7 +50,8 @@ def retried_note(n:int, # retries of the step's model call
                 ) -> str:
     "What a step's `retry` safeguard says after `n` retries of its model call."
     why = 'a rate limit, a server error or a timeout'
-    if malformed: why = 'a malformed response body' if malformed >= n else f'{why}; {malformed} after a malformed body'
+    if malformed and malformed >= n: why = 'a malformed response body'
+    elif malformed: why = f'{why}; {malformed} after a malformed body'
     return f"The model call was retried {n} time{'s' * (n != 1)} (after {why})."
 
 def llm_error_safeguards(e:Exception) -> list[Safeguard]:
@@ -204,8 +205,9 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
               t0:float|None=None) -> Iterator: # when the run began (`time.perf_counter()`)
     "A run as events: its start, `body`'s events, its end with every step's usage; nothing raises out of it."
     # a step that asks the user ends it: `needs_input`
-    llm, t0, done, open_ = getattr(agent, 'llm', None), time.perf_counter() if t0 is None else t0, list(steps or []), None
-    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)  # may ask the user
+    llm, done, open_ = getattr(agent, 'llm', None), list(steps or []), None
+    t0 = time.perf_counter() if t0 is None else t0
+    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)  # it may ask
     if start:
         off = {'safeguards_off': off} if (off := switched_off(getattr(agent, 'safeguards', None))) else {}
         notes = tool_notes(getattr(agent, 'tools', None))
@@ -227,11 +229,13 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
         except StopIteration as stop: out = stop.value
         answer, reason, *more = out
     except Exception as e:
-        answer, reason, more = (yield from _closing(done, crash_safeguard(e, where), open_, level, keep_answer)), 'error', []
+        g = crash_safeguard(e, where)
+        answer, reason, more = (yield from _closing(done, g, open_, level, keep_answer)), 'error', []
     finally: body.close()
     usage = sum((s.usage for s in done), Usage())
     usage.wall_time = time.perf_counter() - t0
-    yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta={**model_labels(llm), **(more[0] if more else {})})
+    ended = {**model_labels(llm), **(more[0] if more else {})}
+    yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=ended)
 
 # %% ../nbs/05a_kernel.ipynb #b67c8aae
 def cancellable(events:Iterable, # a run's events, from any agent's `stream`
@@ -313,7 +317,8 @@ class Journal:
             if upto is not None and i >= upto: break
             said = next((e for t in reversed(tries) for e in reversed(t) if isinstance(e, ModelOutput)), None)
             step, calls = ended.get(i), [e.call for e in tries[-1] if isinstance(e, ToolStart)]
-            pairs, open_ = (list(zip(step.actions, step.observations)), []) if step is not None else _cut_step(tries)
+            if step is not None: pairs, open_ = list(zip(step.actions, step.observations)), []
+            else: pairs, open_ = _cut_step(tries)
             if said is not None or (step is not None and step.usage.llm_calls):
                 r = _reply(step or Step(index=i), said, step.actions if step else calls, mode)
                 if r is None: break  # the rest of the run is not known
@@ -382,7 +387,8 @@ def rewired(agent, # any agent
     "A copy of `agent` with its model and tools swapped, and so for the agents it hands questions to (a router's)."
     out = copy.copy(agent)
     if llm is not None and getattr(agent, 'llm', None) is not None: out.llm = llm(agent.llm)
-    if tools is not None and isinstance(getattr(agent, 'tools', None), ToolRegistry): out.tools = tools(agent.tools)
+    if tools is not None and isinstance(getattr(agent, 'tools', None), ToolRegistry):
+        out.tools = tools(agent.tools)
     if isinstance(getattr(agent, 'agents', None), dict):
         out.agents = {k: rewired(a, llm, tools) for k, a in agent.agents.items()}
     return out
@@ -401,11 +407,14 @@ def idempotency_key(run_id:str, # the stored run
                     c:ToolCall, # the call
                     n:int=0) -> str: # how many times the same call was made in that step before
     "The key a call gets in a stored run: the same each time the run is carried on, so the tool can do it once."
-    return hashlib.sha256(f"{run_id}\n{index}\n{call_key(c)}\n{n}".encode('utf-8', 'surrogatepass')).hexdigest()[:32]
+    said = f"{run_id}\n{index}\n{call_key(c)}\n{n}".encode('utf-8', 'surrogatepass')
+    return hashlib.sha256(said).hexdigest()[:32]
 
 class Calls:
     "The tool calls of a run as its `tool_start` events show them: the step of each, and its idempotency key."
-    def __init__(self, run_id:str=''): self.run_id, self.made, self.times, self.lock = run_id, {}, Counter(), threading.Lock()
+    def __init__(self, run_id:str=''):
+        self.run_id, self.lock = run_id, threading.Lock()
+        self.made, self.times = {}, Counter()  # id(call) -> (call, step, times made before); (step, call) -> times
     def see(self, e):
         "Note the call of a `tool_start` event (other events pass)."
         if not isinstance(e, ToolStart): return
@@ -494,7 +503,8 @@ def _journal_to(agent, run:Run, step:int, model_output=None, observation=None) -
         raise ValueError("Give model_output or observation, not both.")
     s, j = steps[step], Journal(run.events(), mode, upto=step)
     if model_output is not None:
-        if not (s.usage.llm_calls or s.raw): raise ValueError(f"Step {step} made no model call: replace its observation.")
+        if not (s.usage.llm_calls or s.raw):
+            raise ValueError(f"Step {step} made no model call: replace its observation.")
         j.replies.append(as_response(model_output))
     if observation is not None:
         texts = _texts(s, observation)
@@ -533,6 +543,7 @@ def reply_events(agent, # the agent whose run waits (the run's architecture and 
     if last is None or pending_question(last) is None:
         raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); "
                          "ask a new question instead.")
-    k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations)) if is_ask(a) and o.content == WAITING)
+    pairs = enumerate(zip(last.actions, last.observations))
+    k = next(k for k, (a, o) in pairs if is_ask(a) and o.content == WAITING)
     j = _journal_to(agent, run, last.index, observation={k: str(text)[:20_000]})
     return _carry(agent, run, j, {**(meta or {}), 'replied_step': last.index}, after)
