@@ -27,6 +27,7 @@ from reach_nb.llm import FunctionLLM, LLMResponse
 from reach_nb.react import ReActAgent
 from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, record, resume
 from reach_nb.tools import ToolRegistry, tool
+from kill_points import stop_at
 
 PLAN = [['a'], ['b', 'c'], ['d']]  # the calls of steps 1-3; step 4 answers
 
@@ -60,16 +61,6 @@ def open_where(where:str):
         url, prefix = where.split('#')
         return RedisSessionStore(url, prefix=prefix)
     return SQLiteSessionStore(where)
-
-def stop_at(store, kind:str, nth:int):
-    "Make `store` stop for good right after storing the `nth` event of type `kind`, saying so on stdout."
-    append, seen = store.append, [0]
-    def hooked(run_id, e):
-        append(run_id, e)
-        if e.type == kind:
-            seen[0] += 1
-            if seen[0] == nth: print('KILL-POINT', run_id, flush=True); time.sleep(300)
-    store.append = hooked
 
 if __name__ == '__main__':
     where, ledger, calls, kind, nth, mode, *run_id = sys.argv[1:]
@@ -124,7 +115,7 @@ def kill_child(agent_module, where:str, d:Path, kind:str, nth:int, mode:str='jso
     "Start the child (a new run, or resuming `run_id`), SIGKILL it at the `nth` stored `kind` event; its run id."
     cmd = [sys.executable, str(agent_module.path), where, str(d/'ledger'), str(d/'calls'), kind, str(nth), mode]
     p = subprocess.Popen(cmd + ([run_id] if run_id else []), cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=os.environ | {'PYTHONPATH': str(ROOT)})
+                         stderr=subprocess.PIPE, env=os.environ | {'PYTHONPATH': f"{ROOT}{os.pathsep}{ROOT/'tests'}"})
     try:
         line = read_line(p)
         assert line.startswith('KILL-POINT '), f'child did not stop at {kind}#{nth}: {line!r} {p.stderr.read()[-3000:]}'

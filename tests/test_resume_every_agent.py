@@ -29,6 +29,7 @@ from reach_nb.kernel import rewired, watched
 from reach_nb.sessions import SQLiteSessionStore, record, resume
 from reach_nb.risk_agents import risk_agent
 from reach_nb.sim_analyst import SPIKE_QUESTION
+from kill_points import stop_at
 
 def ledgered(agent, ledger, stop_in_call=0):
     "`agent` whose tool calls each append a line to `ledger` when they end; the `stop_in_call`-th call never ends."
@@ -40,16 +41,6 @@ def ledgered(agent, ledger, stop_in_call=0):
         with lock, open(ledger, 'a') as f: f.write(json.dumps([c.tool, c.args], sort_keys=True) + '\n')
         return o
     return rewired(agent, tools=lambda reg: watched(reg, before, after))
-
-def stop_at(store, kind, nth):
-    "Make `store` stop for good right after storing the `nth` event of type `kind`."
-    append, seen = store.append, [0]
-    def hooked(run_id, e):
-        append(run_id, e)
-        if e.type == kind:
-            seen[0] += 1
-            if seen[0] == nth: print('KILL-POINT', run_id, flush=True); time.sleep(300)
-    store.append = hooked
 
 if __name__ == '__main__':
     db, where, ws, ledger, arch, kind, nth = sys.argv[1:]
@@ -107,7 +98,7 @@ def kill_child(path:Path, db, d:Path, arch:str, kind:str, nth:int) -> str:
     cmd = [sys.executable, str(path), str(db), str(d/'s.sqlite'), str(d/'ws.sqlite'), str(d/'ledger'), arch, kind,
            str(nth)]
     p = subprocess.Popen(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=os.environ | {'PYTHONPATH': str(ROOT)})
+                         env=os.environ | {'PYTHONPATH': f"{ROOT}{os.pathsep}{ROOT/'tests'}"})
     try:
         first, line = read_line(p), read_line(p)
         assert first.startswith('RUN ') and line.startswith('KILL-POINT'), \
