@@ -501,5 +501,5 @@ def load(cls:Run, path) -> Run:
 @patch
 def prompt_at(self:Run, index:int) -> list[dict]:
     "The exact messages step `index` was sent, rebuilt from the steps by the run's context policy (`context.run_prompt`)."
-    from reach_nb.context import run_prompt  # the policies come later; the method is here whichever modules were imported
+    from reach_nb.llm.context import run_prompt  # the policies come later; the method is here whichever modules were imported
     return run_prompt(self, index)

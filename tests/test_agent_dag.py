@@ -1,13 +1,13 @@
 """The DAG agent (LLMCompiler-style) through its public API, with scripted models and tools that sleep and count how
-many of them run at once. Each test names the behaviour it pins down; the notebook `13_dag` shows the same with its
+many of them run at once. Each test names the behaviour it pins down; the notebook `25_dag` shows the same with its
 code. No test asserts on wall time: concurrency is counted, order is read from the events."""
 import json, threading, time
 
 import pytest
 
 from reach_nb.core import Run
-from reach_nb.dag import DAGAgent, LatencyLLM, read_dag
-from reach_nb.llm import ScriptedLLM
+from reach_nb.agents.dag import DAGAgent, LatencyLLM, read_dag
+from reach_nb.llm.models import ScriptedLLM
 from reach_nb.tools import ToolRegistry
 
 say = json.dumps

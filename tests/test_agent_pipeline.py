@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from reach_nb.core import Run, UserError
-from reach_nb.llm import FunctionLLM, OpenAIChat, ScriptedLLM
-from reach_nb.modelserver import ModelServer
-from reach_nb.pipeline import FINAL_FORMAT, TOOL_FORMAT, PipelineAgent, channels, load_pipeline
+from reach_nb.llm.models import FunctionLLM, OpenAIChat, ScriptedLLM
+from reach_nb.llm.server import ModelServer
+from reach_nb.agents.pipeline import FINAL_FORMAT, TOOL_FORMAT, PipelineAgent, channels, load_pipeline
 from reach_nb.tools import ToolRegistry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / 'data' / 'pipelines'

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from reach_nb.core import Run, read_trace, write_trace
-from reach_nb.llm import LLMError, OpenAIChat, ScriptedLLM
-from reach_nb.modelserver import ModelServer
-from reach_nb.plan_execute import PlanExecuteAgent
-from reach_nb.react import ReActAgent
+from reach_nb.llm.models import LLMError, OpenAIChat, ScriptedLLM
+from reach_nb.llm.server import ModelServer
+from reach_nb.agents.plan_execute import PlanExecuteAgent
+from reach_nb.agents.react import ReActAgent
 from reach_nb.tools import ToolRegistry
 
 RATES, ACCOUNTS = {'c09': '31%', 'c01': '4%', 'c07': '2%'}, {'c09': 212, 'c01': 1840, 'c07': 960}

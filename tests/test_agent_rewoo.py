@@ -7,10 +7,10 @@ import json, threading, time
 import pytest
 
 from reach_nb.core import Run, write_trace
-from reach_nb.llm import OpenAIChat, ScriptedLLM
-from reach_nb.modelserver import ModelServer
-from reach_nb.react import ReActAgent
-from reach_nb.rewoo import MAX_PLAN_CHARS, PLANNER_FORMAT, ReWOOAgent, read_rewoo_plan
+from reach_nb.llm.models import OpenAIChat, ScriptedLLM
+from reach_nb.llm.server import ModelServer
+from reach_nb.agents.react import ReActAgent
+from reach_nb.agents.rewoo import MAX_PLAN_CHARS, PLANNER_FORMAT, ReWOOAgent, read_rewoo_plan
 from reach_nb.tools import ToolRegistry
 
 

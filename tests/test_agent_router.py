@@ -3,9 +3,9 @@ import json
 from pathlib import Path
 import pytest
 from reach_nb.core import *
-from reach_nb.llm import FunctionLLM, ScriptedLLM
-from reach_nb.react import ReActAgent
-from reach_nb.router import *
+from reach_nb.llm.models import FunctionLLM, ScriptedLLM
+from reach_nb.agents.react import ReActAgent
+from reach_nb.agents.router import *
 
 QUESTIONS = Path(__file__).resolve().parent.parent / 'data' / 'router' / 'questions.jsonl'
 

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from reach_nb.core import Run
-from reach_nb.dag import DAGAgent
-from reach_nb.kernel import reply_events
-from reach_nb.llm import ScriptedLLM
-from reach_nb.plan_execute import PlanExecuteAgent
-from reach_nb.react import ReActAgent
-from reach_nb.rewoo import ReWOOAgent
+from reach_nb.agents.dag import DAGAgent
+from reach_nb.agents.kernel import reply_events
+from reach_nb.llm.models import ScriptedLLM
+from reach_nb.agents.plan_execute import PlanExecuteAgent
+from reach_nb.agents.react import ReActAgent
+from reach_nb.agents.rewoo import ReWOOAgent
 
 ran = []
 

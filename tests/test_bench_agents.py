@@ -1,11 +1,11 @@
-"""The architectures benchmark (`reach_nb.bench_agents`) on the real risk tools: what it measures and how it reports it.
+"""The architectures benchmark (`reach_nb.bench.agents`) on the real risk tools: what it measures and how it reports it.
 Benchmarks are not tests, so nothing here asserts a wall time; it checks the figures that do not vary (model calls,
 tokens, tool calls, the cause named), that the waits are the stated latency, and the arithmetic of the report."""
 import pytest
 from reach_nb.core import UserError
-from reach_nb.bench_agents import (ARCHITECTURES, Figures, agents_table, bench_agents, measure, plot_agents,
+from reach_nb.bench.agents import (ARCHITECTURES, Figures, agents_table, bench_agents, measure, plot_agents,
                                    target_lines)
-from reach_nb.risk_data import ensure_dataset
+from reach_nb.risk.data import ensure_dataset
 
 
 @pytest.fixture(scope='module')

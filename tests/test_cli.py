@@ -52,7 +52,7 @@ def test_ask_over_real_http_against_served_model(tmp_path, served_model):
 
 def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     "The stand-in served by name over HTTP, asked through `reach ask`: it finds the labelled spike."
-    from reach_nb.risk_data import ensure_dataset, ground_truth
+    from reach_nb.risk.data import ensure_dataset, ground_truth
     spike = next(i for i in ground_truth(ensure_dataset()) if i['pattern'] == 'channel_spike')
     with served('sim-analyst') as base:
         r = run_reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
@@ -63,7 +63,7 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     assert run.meta['simulated'] is True and 'served over HTTP' in run.meta['simulated_note']
 
 def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
-    from reach_nb.risk_data import read_meta
+    from reach_nb.risk.data import read_meta
     r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(tmp_path/'small.duckdb'), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     meta = read_meta(tmp_path/'small.duckdb')
@@ -72,7 +72,7 @@ def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
 
 def test_killed_ask_leaves_a_readable_trace(tmp_path):
     "The trace is written as the run goes (to NAME.partial.jsonl): kill `reach ask` half-way and the steps so far load back."
-    from reach_nb.risk_data import ensure_dataset
+    from reach_nb.risk.data import ensure_dataset
     ensure_dataset()
     trace, partial = tmp_path/'killed.jsonl', tmp_path/'killed.partial.jsonl'
     with served('sim-analyst', '--latency', '0.5') as base:

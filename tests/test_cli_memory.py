@@ -3,7 +3,7 @@ subprocesses, a conversation kept in the session store across invocations, a run
 import json, signal, subprocess, time
 import pytest
 from reach_nb.core import Run
-from reach_nb.sessions import SQLiteSessionStore
+from reach_nb.memory.sessions import SQLiteSessionStore
 from reach_cli import REACH, clean_env, run_reach, served
 
 LOOK = {'thought': 'Which datasets are there?', 'action': {'tool': 'list_datasets', 'args': {'category': 'payments'}}}

@@ -43,7 +43,7 @@ def test_run_stopped_at_max_steps_prints_its_answer_once_and_exits_1(tmp_path):
 
 
 def test_sim_analyst_answer_is_printed_once(tmp_path):
-    from reach_nb.risk_data import ensure_dataset
+    from reach_nb.risk.data import ensure_dataset
     ensure_dataset()
     r = run_reach('ask', '--model', 'sim-analyst', '--trace', str(tmp_path/'spike.jsonl'),
                'Why did recharge volume jump last week?', cwd=tmp_path)
@@ -116,7 +116,7 @@ def test_retries_and_waiting_show_but_only_on_stderr_and_in_the_step(tmp_path):
 
 def test_data_build_validates_and_reuses(tmp_path):
     "`reach data build` builds, then reuses an identical dataset unless --force."
-    from reach_nb.risk_data import read_meta
+    from reach_nb.risk.data import read_meta
     db = tmp_path/'small.duckdb'
     r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(db), cwd=tmp_path)
     assert r.returncode == 0, r.stderr

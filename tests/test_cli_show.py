@@ -2,7 +2,7 @@
 first; one printed as `reach ask` prints it, or written as a page."""
 import json
 from reach_nb.core import Run
-from reach_nb.sessions import SQLiteSessionStore
+from reach_nb.memory.sessions import SQLiteSessionStore
 from reach_cli import clean_env, run_reach
 
 ANSWER = 'The payments data is in the transactions dataset.'

@@ -2,10 +2,10 @@
 and the step limit, the prompt rebuilt from a saved trace equals, message for message, what the model was sent."""
 import json
 import pytest
-from reach_nb.context import Full, Layered, Window, get_policy
+from reach_nb.llm.context import Full, Layered, Window, get_policy
 from reach_nb.core import Run, ToolCall
-from reach_nb.llm import LLMResponse, ScriptedLLM
-from reach_nb.react import ReActAgent
+from reach_nb.llm.models import LLMResponse, ScriptedLLM
+from reach_nb.agents.react import ReActAgent
 
 
 def lookup(key:str): # what to look up

@@ -7,14 +7,14 @@ from collections import Counter
 import pytest
 
 from reach_nb.core import ModelOutput, Run, RunEnd, TokenDelta
-from reach_nb.kernel import rewired
-from reach_nb.llm import ChatModel, LLMError
-from reach_nb.risk_tools import RiskWorkspace
-from reach_nb.risk_data import ensure_dataset
-from reach_nb.sessions import SQLiteSessionStore, fork_run, record, resume
-from reach_nb.agents import AGENTS, make_agent
-from reach_nb.risk_agents import data_note, risk_tools
-from reach_nb.sim_analyst import SPIKE_QUESTION, SimAnalyst
+from reach_nb.agents.kernel import rewired
+from reach_nb.llm.models import ChatModel, LLMError
+from reach_nb.risk.tools import RiskWorkspace
+from reach_nb.risk.data import ensure_dataset
+from reach_nb.memory.sessions import SQLiteSessionStore, fork_run, record, resume
+from reach_nb.agents.registry import AGENTS, make_agent
+from reach_nb.risk.agents import data_note, risk_tools
+from reach_nb.risk.analyst import SPIKE_QUESTION, SimAnalyst
 from reach_nb.tools import ToolRegistry
 
 TOOLED = [a for a in AGENTS if a != 'chat']
@@ -132,7 +132,7 @@ class Garbled(ChatModel):
     "A model that never writes anything readable."
     name = 'garbled'
     def _complete(self, *a):
-        from reach_nb.llm import LLMResponse
+        from reach_nb.llm.models import LLMResponse
         return LLMResponse(content='Let me think about the channels first...')
 
 

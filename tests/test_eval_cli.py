@@ -5,7 +5,7 @@ import re, subprocess
 import pytest
 
 from reach_nb.eval import Results
-from reach_nb.risk_data import build_dataset
+from reach_nb.risk.data import build_dataset
 
 from reach_cli import REACH, clean_env, served
 

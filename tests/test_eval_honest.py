@@ -6,8 +6,8 @@ import json, zlib
 import pytest
 
 from reach_nb.eval import EvalConfig, eval_cli, evaluate, load_tasks, metrics, rows_of, summary
-from reach_nb.llm import FunctionLLM, register_model
-from reach_nb.risk_data import build_dataset
+from reach_nb.llm.models import FunctionLLM, register_model
+from reach_nb.risk.data import build_dataset
 
 REFUSALS = ["I don't know.", 'Sorry, I could not run the tools.', 'No answer.', '无法模拟', '我不知道。']
 

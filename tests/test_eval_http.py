@@ -4,8 +4,8 @@ plays the simulated analyst, the agent reaches it as `openai:sim-analyst`. The r
 import json, re
 
 from reach_nb.eval import NOT_SIMULATED, Results, eval_cli, load_tasks
-from reach_nb.modelserver import ModelServer
-from reach_nb.sim_analyst import SimAnalyst
+from reach_nb.llm.server import ModelServer
+from reach_nb.risk.analyst import SimAnalyst
 
 
 def _eval(out, **kw):

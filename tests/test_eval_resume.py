@@ -7,8 +7,8 @@ import pytest
 
 from reach_nb.core import Run
 from reach_nb.eval import EvalConfig, Results, evaluate, load_tasks, trace_path
-from reach_nb.llm import register_model
-from reach_nb.sim_analyst import SimAnalyst
+from reach_nb.llm.models import register_model
+from reach_nb.risk.analyst import SimAnalyst
 
 IDS = ['l3-farm-game-channels', 'l3-spike-why', 'l3-survey-zh', 'l3-refund-abuse']  # the first is not simulated
 STALLS = 'l3-survey-zh'  # the run under way when the process is killed
@@ -16,8 +16,8 @@ STALLS = 'l3-survey-zh'  # the run under way when the process is killed
 CHILD = textwrap.dedent('''
     import sys, time
     from reach_nb.eval import EvalConfig, evaluate, load_tasks
-    from reach_nb.llm import register_model
-    from reach_nb.sim_analyst import SimAnalyst
+    from reach_nb.llm.models import register_model
+    from reach_nb.risk.analyst import SimAnalyst
 
     tasks = load_tasks(ids=sys.argv[2].split(','))
     tasks.sort(key=lambda t: sys.argv[2].split(',').index(t.id))

@@ -6,9 +6,9 @@ import asyncio, json, os, re, signal, subprocess, sys, threading, time
 import pytest
 
 from reach_nb.core import UserError
-from reach_nb.llm import ScriptedLLM
+from reach_nb.llm.models import ScriptedLLM
 from reach_nb.mcp_tools import MCPTools, load_mcp_config, mcp_registry
-from reach_nb.react import ReActAgent
+from reach_nb.agents.react import ReActAgent
 from reach_nb.tools import ToolRegistry
 
 from mcp_servers.support import FAULTS, MODELS, fault_spec
@@ -122,7 +122,7 @@ def test_the_prompt_lists_a_tool_the_server_adds_mid_run(faults, kw, tmp_path):
     "Whatever copy of the registry an agent works on, a tool the server adds is offered at the next step."
     if kw.get('mode') == 'native':
         from reach_nb.core import ToolCall
-        from reach_nb.llm import LLMResponse
+        from reach_nb.llm.models import LLMResponse
         call = lambda name, **a: LLMResponse(content='', tool_calls=[ToolCall(id=name, tool=name, args=a)])
         llm = ScriptedLLM([call('grow'), call('late', text='x'), LLMResponse(content='It works.')])
     else: llm = ScriptedLLM([_act('grow'), _act('late', text='x'), _answer('It works.')])

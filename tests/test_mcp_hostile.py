@@ -61,8 +61,8 @@ def test_broken_schemas_skip_those_tools_with_a_note(capfd):
 
 
 def test_the_trace_says_which_tools_were_skipped():
-    from reach_nb.llm import ScriptedLLM
-    from reach_nb.react import ReActAgent
+    from reach_nb.llm.models import ScriptedLLM
+    from reach_nb.agents.react import ReActAgent
     with MCPTools() as hub:
         hub.add('h', hostile('invalid'))
         reply = json.dumps({'thought': 'Nothing to look up.', 'answer': 'ok'})

@@ -8,8 +8,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from reach_nb.risk_data import default_db_path, ensure_dataset
-from reach_nb.risk_tools import risk_registry
+from reach_nb.risk.data import default_db_path, ensure_dataset
+from reach_nb.risk.tools import risk_registry
 from reach_nb.tools import run_sync
 
 from mcp_servers.support import INSPECTOR, SERVE_RISK, ensure_npm, free_port
@@ -93,7 +93,7 @@ def test_the_risk_data_stays_read_only(tmp_path):
     db = ensure_dataset(default_db_path())
     before = hashlib.sha256(db.read_bytes()).hexdigest()
     store = tmp_path / 'ws.sqlite'
-    code = ('from reach_nb.mcp_tools import serve_mcp; from reach_nb.risk_tools import RiskWorkspace, risk_registry; '
+    code = ('from reach_nb.mcp_tools import serve_mcp; from reach_nb.risk.tools import RiskWorkspace, risk_registry; '
             f'serve_mcp(risk_registry(RiskWorkspace(store={str(store)!r})))')
     steps = [{'operator': 'concentration', 'params': {'top': 3}}]
     async def go():

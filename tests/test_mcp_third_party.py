@@ -11,9 +11,9 @@ import json, os, subprocess, sys, time
 import httpx
 import pytest
 
-from reach_nb.llm import ScriptedLLM
+from reach_nb.llm.models import ScriptedLLM
 from reach_nb.mcp_tools import MCPTools
-from reach_nb.react import ReActAgent
+from reach_nb.agents.react import ReActAgent
 
 from mcp_servers.support import EVERYTHING, ensure_npm, ensure_python_package, free_port
 

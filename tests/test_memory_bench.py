@@ -1,8 +1,8 @@
 """`bench_context`: prompt size per call over a 30-step run under each context policy, measured on the loop's own
 messages, and whether the answer (which needs a fact from step 3) survives each policy."""
-from reach_nb.context import Layered
-from reach_nb.llm import count_message_tokens
-from reach_nb.memory import FARM_STEP, bench_context, context_run, review_result
+from reach_nb.llm.context import Layered
+from reach_nb.llm.models import count_message_tokens
+from reach_nb.memory.conversation import FARM_STEP, bench_context, context_run, review_result
 
 
 def test_observations_are_realistic():

@@ -3,13 +3,13 @@ from the store, a conversation carried on in another process, replies to the age
 long-term memory written and recalled across sessions in a DuckDB file with the default (packaged) embedder."""
 import json, subprocess, sys, textwrap
 import pytest
-from reach_nb.context import Layered, Window
+from reach_nb.llm.context import Layered, Window
 from reach_nb.core import Run
-from reach_nb.llm import FunctionLLM, ScriptedLLM, count_message_tokens
-from reach_nb.memory import MAX_ANSWER, MAX_QUESTION, Session, facts_found, session_head
-from reach_nb.react import ReActAgent
-from reach_nb.recall import LongTermMemory
-from reach_nb.sessions import open_store
+from reach_nb.llm.models import FunctionLLM, ScriptedLLM, count_message_tokens
+from reach_nb.memory.conversation import MAX_ANSWER, MAX_QUESTION, Session, facts_found, session_head
+from reach_nb.agents.react import ReActAgent
+from reach_nb.memory.recall import LongTermMemory
+from reach_nb.memory.sessions import open_store
 from reach_nb.tools import tool
 
 FACTS = {'refund': 'Refund abuse: 41 accounts refunded more than 80% of their top-ups in June.',
@@ -102,10 +102,10 @@ def test_reply_to_the_agent_question_is_recorded_and_reloaded(tmp_path):
 
 CHILD = textwrap.dedent('''
     import json, sys
-    from reach_nb.llm import ScriptedLLM
-    from reach_nb.memory import Session
-    from reach_nb.react import ReActAgent
-    from reach_nb.sessions import open_store
+    from reach_nb.llm.models import ScriptedLLM
+    from reach_nb.memory.conversation import Session
+    from reach_nb.agents.react import ReActAgent
+    from reach_nb.memory.sessions import open_store
     sys.path.insert(0, sys.argv[2])
     from test_memory_session import search, say
     llm = ScriptedLLM([say('Look.', 'search', query='refund'), say('Found.', answer='41 accounts abuse refunds.')])

@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from reach_nb.llm import ScriptedLLM
-from reach_nb.modelserver import ModelServer
+from reach_nb.llm.models import ScriptedLLM
+from reach_nb.llm.server import ModelServer
 
 ANSWER = json.dumps({'thought': 'ok', 'answer': '42'})
 

@@ -10,10 +10,10 @@ import httpx, pytest
 
 from reach_nb.config import Settings
 from reach_nb.core import ToolCall
-from reach_nb.llm import (EchoLLM, FunctionLLM, LLMError, LLMResponse, MalformedResponse, ModelNotConfigured, OpenAIChat,
+from reach_nb.llm.models import (EchoLLM, FunctionLLM, LLMError, LLMResponse, MalformedResponse, ModelNotConfigured, OpenAIChat,
                           ScriptedLLM, count_message_tokens, count_tokens, get_model)
-from reach_nb.llm import ChatModel
-from reach_nb.modelserver import ModelServer
+from reach_nb.llm.models import ChatModel
+from reach_nb.llm.server import ModelServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ASK = [{'role': 'system', 'content': 'Answer in JSON.'}, {'role': 'user', 'content': 'Why did recharge volume jump?'}]
@@ -259,7 +259,7 @@ def _wait_until_up(url:str, proc, timeout:float=20.0):
 
 def test_server_in_a_subprocess():
     port = _free_port()
-    code = f"from reach_nb.modelserver import serve_model_cli; serve_model_cli('echo', port={port}, errors='429', retry_after=0.05)"
+    code = f"from reach_nb.llm.server import serve_model_cli; serve_model_cli('echo', port={port}, errors='429', retry_after=0.05)"
     env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -306,7 +306,7 @@ def test_request_timeout_comes_from_the_settings():
 
 
 def test_importing_the_agent_does_not_import_the_sdk():
-    code = ("import sys, reach_nb.llm, reach_nb.react; "
+    code = ("import sys, reach_nb.llm.models, reach_nb.agents.react; "
             "print(sorted(m for m in ('openai', 'tiktoken') if m in sys.modules))")
     out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

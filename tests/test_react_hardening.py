@@ -1,12 +1,12 @@
 """The ReAct loop's protocol fidelity and robustness, through its public API (`ReActAgent`, `decide`, `system_prompt`,
-`DIALECTS`). Each test names the behaviour it pins down; the notebook `06_react` shows the same with its code."""
+`DIALECTS`). Each test names the behaviour it pins down; the notebook `21_react` shows the same with its code."""
 import json
 
 import pytest
 
 from reach_nb.core import Observation, Safeguard, ToolCall
-from reach_nb.llm import ChatModel, LLMResponse, ScriptedLLM
-from reach_nb.react import DIALECTS, PROTOCOL, ReActAgent, decide, system_prompt
+from reach_nb.llm.models import ChatModel, LLMResponse, ScriptedLLM
+from reach_nb.agents.react import DIALECTS, PROTOCOL, ReActAgent, decide, system_prompt
 from reach_nb.tools import ToolRegistry, tool
 
 FACTS = {'refund abuse': 'Refund abuse: 41 accounts refunded more than 80% of their top-ups in June.',

@@ -5,9 +5,9 @@ malformed body, and no usage block. Nothing is patched; the backing model is scr
 import pytest
 
 from reach_nb.core import ToolCall
-from reach_nb.llm import LLMResponse, OpenAIChat, ScriptedLLM
-from reach_nb.modelserver import ModelServer
-from reach_nb.react import ReActAgent
+from reach_nb.llm.models import LLMResponse, OpenAIChat, ScriptedLLM
+from reach_nb.llm.server import ModelServer
+from reach_nb.agents.react import ReActAgent
 from reach_nb.tools import tool
 
 

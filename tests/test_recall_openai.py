@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from reach_nb.core import UserError
-from reach_nb.recall import LongTermMemory, OpenAIEmbedder, default_embedder
+from reach_nb.memory.recall import LongTermMemory, OpenAIEmbedder, default_embedder
 
 
 class EmbeddingServer:

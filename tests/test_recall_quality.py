@@ -3,8 +3,8 @@
 - a regression guard: recall@5 of the default embedder must stay near what was measured (0.933 when written: 70 of
   the 75 answerable questions; the floor leaves a margin of about four questions), and well above the keyword
   baseline (0.507);
-- the keyword baseline ranks exactly as the knowledge-base search (reach_nb.risk_tools.KnowledgeBase) does;
-- the benchmark runs as `python -m reach_nb.recall N` and prints both measurements.
+- the keyword baseline ranks exactly as the knowledge-base search (reach_nb.risk.tools.KnowledgeBase) does;
+- the benchmark runs as `python -m reach_nb.memory.recall N` and prints both measurements.
 No timing is asserted.
 """
 import subprocess, sys
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reach_nb.recall import (E5Embedder, KeywordIndex, default_embedder, keyword_ranker, load_pairs, memory_ranker,
+from reach_nb.memory.recall import (E5Embedder, KeywordIndex, default_embedder, keyword_ranker, load_pairs, memory_ranker,
                              recall_at_k)
-from reach_nb.risk_tools import KnowledgeBase
+from reach_nb.risk.tools import KnowledgeBase
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ROOT/'data'/'memory'/'recall_pairs.jsonl'
@@ -57,7 +57,7 @@ def test_the_keyword_baseline_ranks_as_the_knowledge_base_does(pairs, tmp_path):
 
 
 def test_the_benchmark_runs_as_a_module():
-    r = subprocess.run([sys.executable, '-m', 'reach_nb.recall', '2000'], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, '-m', 'reach_nb.memory.recall', '2000'], cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()

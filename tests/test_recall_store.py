@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reach_nb.core import UserError
-from reach_nb.recall import (MAX_META, MAX_SESSION, MAX_TEXT, DuckDBMemoryStore, E5Embedder, HashEmbedder,
+from reach_nb.memory.recall import (MAX_META, MAX_SESSION, MAX_TEXT, DuckDBMemoryStore, E5Embedder, HashEmbedder,
                              LongTermMemory, Memory, RedisMemoryStore, default_embedder)
 
 from browser import _apt_install, free_port

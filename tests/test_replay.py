@@ -1,8 +1,8 @@
 "A run against a real HTTP endpoint, recorded once, replays byte for byte offline."
-from reach_nb.risk_agents import risk_agent
-from reach_nb.sim_analyst import SimAnalyst, SPIKE_QUESTION
-from reach_nb.llm import OpenAIChat, RecordingLLM, ReplayLLM, CassetteMismatch
-from reach_nb.modelserver import ModelServer
+from reach_nb.risk.agents import risk_agent
+from reach_nb.risk.analyst import SimAnalyst, SPIKE_QUESTION
+from reach_nb.llm.models import OpenAIChat, RecordingLLM, ReplayLLM, CassetteMismatch
+from reach_nb.llm.server import ModelServer
 import pytest
 
 def _essentials(run):

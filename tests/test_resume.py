@@ -5,7 +5,7 @@ The agent lives in a small module this test writes (`resume_agent.py`): a side-e
 number of assistant messages picks the next scripted reply; the answer lists the results seen), so a model in
 another process answers the same. A child process records a run of that agent into a store the test names; its
 store stops at the chosen event (the `n`-th stored event of a type), prints `KILL-POINT <run id>` and sleeps, and
-the parent SIGKILLs it. The parent then resumes the run with `reach_nb.sessions.resume` and checks the answer,
+the parent SIGKILLs it. The parent then resumes the run with `reach_nb.memory.sessions.resume` and checks the answer,
 the ledger (one line per distinct call over both processes), the model calls paid for, and the stored run.
 """
 import importlib.util, json, os, select, signal, subprocess, sys, uuid
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, fork, fork_run, record, resume, resume_session
+from reach_nb.memory.sessions import RedisSessionStore, SQLiteSessionStore, fork, fork_run, record, resume, resume_session
 
 from redis_server import redis_server
 
@@ -23,9 +23,9 @@ QUESTION = 'Note a, then b and c together, then d; what was noted?'
 AGENT = r'''
 import json, re, sys, time
 from reach_nb.core import ToolCall
-from reach_nb.llm import FunctionLLM, LLMResponse
-from reach_nb.react import ReActAgent
-from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, record, resume
+from reach_nb.llm.models import FunctionLLM, LLMResponse
+from reach_nb.agents.react import ReActAgent
+from reach_nb.memory.sessions import RedisSessionStore, SQLiteSessionStore, record, resume
 from reach_nb.tools import ToolRegistry, tool
 from kill_points import stop_at
 

@@ -9,7 +9,7 @@ A child process records a run of the risk agent (the offline analyst over the ni
 into a session store, with the tools' workspace in a file beside it. Every tool call that runs to its end appends a
 line to a ledger. The child stops for good at a chosen point and the parent SIGKILLs it: right after the `n`-th
 stored event of a type, or inside the `n`-th tool call (the call has started and is sleeping; calls running beside
-it go on). The parent then resumes the run in process with `reach_nb.sessions.resume`.
+it go on). The parent then resumes the run in process with `reach_nb.memory.sessions.resume`.
 """
 import json, os, select, signal, subprocess, sys
 from collections import Counter
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from reach_nb.risk_data import ensure_dataset
-from reach_nb.sessions import SQLiteSessionStore, record, resume
-from reach_nb.agents import AGENTS
+from reach_nb.risk.data import ensure_dataset
+from reach_nb.memory.sessions import SQLiteSessionStore, record, resume
+from reach_nb.agents.registry import AGENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r'''
 import json, sys, threading, time
-from reach_nb.kernel import rewired, watched
-from reach_nb.sessions import SQLiteSessionStore, record, resume
-from reach_nb.risk_agents import risk_agent
-from reach_nb.sim_analyst import SPIKE_QUESTION
+from reach_nb.agents.kernel import rewired, watched
+from reach_nb.memory.sessions import SQLiteSessionStore, record, resume
+from reach_nb.risk.agents import risk_agent
+from reach_nb.risk.analyst import SPIKE_QUESTION
 from kill_points import stop_at
 
 def ledgered(agent, ledger, stop_in_call=0):

@@ -7,15 +7,15 @@ the key is in it already, then (for device `m2` in the first process) says so an
 import json, os, select, signal, subprocess, sys
 from pathlib import Path
 
-from reach_nb.sessions import SQLiteSessionStore, resume
+from reach_nb.memory.sessions import SQLiteSessionStore, resume
 
 ROOT = Path(__file__).resolve().parent.parent
 
 AGENT = r'''
 import json, os, sys, time
-from reach_nb.llm import FunctionLLM
-from reach_nb.react import ReActAgent
-from reach_nb.sessions import SQLiteSessionStore, record
+from reach_nb.llm.models import FunctionLLM
+from reach_nb.agents.react import ReActAgent
+from reach_nb.memory.sessions import SQLiteSessionStore, record
 from reach_nb.tools import ToolRegistry
 
 def make_agent(ledger, die_in=''):

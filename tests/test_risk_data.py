@@ -2,7 +2,7 @@
 import os, signal, subprocess, sys, time
 from pathlib import Path
 import duckdb, pytest
-from reach_nb.risk_data import DEFAULT_ROWS, PATTERNS, build_dataset, ensure_dataset, ground_truth, read_meta
+from reach_nb.risk.data import DEFAULT_ROWS, PATTERNS, build_dataset, ensure_dataset, ground_truth, read_meta
 
 LAST, PREV = "ts >= DATE '2026-06-24'", "ts >= DATE '2026-05-27' AND ts < DATE '2026-06-24'"
 
@@ -116,7 +116,7 @@ def test_second_ensure_does_not_rebuild(db):
 # --- builds killed half-way --------------------------------------------------------------------------------
 
 def _start_build(path, rows=DEFAULT_ROWS, force=False):
-    code = f"from reach_nb.risk_data import build_dataset; build_dataset({str(path)!r}, rows={rows}, force={force})"
+    code = f"from reach_nb.risk.data import build_dataset; build_dataset({str(path)!r}, rows={rows}, force={force})"
     return subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 def _kill_mid_build(proc, path, timeout=30):
@@ -154,7 +154,7 @@ def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
 def test_a_build_shows_progress_and_a_reuse_says_so(tmp_path):
     path = tmp_path/'risk.duckdb'
     code = f"""import sys
-from reach_nb.risk_data import build_dataset
+from reach_nb.risk.data import build_dataset
 p = build_dataset({str(path)!r}, rows=20_000, progress=True)
 print(type(p).__name__, p.reused, str(p) == {str(path)!r})"""
     run = lambda: subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)

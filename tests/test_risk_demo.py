@@ -13,11 +13,11 @@ import duckdb, pytest
 
 from reach_nb.config import load_settings
 from reach_nb.core import Run
-from reach_nb.llm import FaultyLLM, OpenAIChat, get_model
-from reach_nb.modelserver import ModelServer
-from reach_nb.risk_data import LAST_WEEK, ensure_dataset, ground_truth
-from reach_nb.risk_agents import risk_agent, run_risk_demo
-from reach_nb.sim_analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst
+from reach_nb.llm.models import FaultyLLM, OpenAIChat, get_model
+from reach_nb.llm.server import ModelServer
+from reach_nb.risk.data import LAST_WEEK, ensure_dataset, ground_truth
+from reach_nb.risk.agents import risk_agent, run_risk_demo
+from reach_nb.risk.analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst
 
 NUMBER = re.compile(r'\d[\d,]*(?:\.\d+)?%?')
 
@@ -244,14 +244,14 @@ def test_router_sends_the_investigation_to_plan_execute(arch_runs):
 
 
 def test_router_asking_the_model_routes_too(db, truth):
-    from reach_nb.router import RouterAgent
+    from reach_nb.agents.router import RouterAgent
     with risk_agent(db=db, agent='router') as agent:
         run = RouterAgent(agent.agents, llm=agent.llm, ask_model='always').run(SPIKE_QUESTION)
     assert run.extra[0].by == 'model' and run.extra[0].agent == 'plan-execute' and names_the_spike(run.answer, truth)
 
 
 def test_pipeline_stages_share_the_work(arch_runs):
-    from reach_nb.pipeline import channels
+    from reach_nb.agents.pipeline import channels
     run = arch_runs['pipeline']
     assert [s.task for s in run.steps if s.usage.llm_calls] == ['think', 'act', 'observe'] * 4
     ch = channels(run)

@@ -2,8 +2,8 @@
 import json, subprocess, sys, textwrap, threading
 from pathlib import Path
 import duckdb, pytest
-from reach_nb.risk_data import build_dataset, ground_truth, table_checksums
-from reach_nb.risk_tools import RiskDB, RiskWorkspace, configure_duckdb, risk_registry, tiny_dataset
+from reach_nb.risk.data import build_dataset, ground_truth, table_checksums
+from reach_nb.risk.tools import RiskDB, RiskWorkspace, configure_duckdb, risk_registry, tiny_dataset
 
 LAST_WEEK = ('2026-06-24', '2026-06-30')
 
@@ -14,7 +14,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def generated(tmp_path_factory):
-    "A 200,000-row dataset from reach_nb.risk_data."
+    "A 200,000-row dataset from reach_nb.risk.data."
     return build_dataset(tmp_path_factory.mktemp('gen')/'risk.duckdb', rows=200_000)
 
 def _python(code:str, timeout=120) -> str:
@@ -26,20 +26,20 @@ def _python(code:str, timeout=120) -> str:
 def test_procedures_tasks_and_results_persist_across_processes(tiny, tmp_path):
     store = tmp_path/'store.sqlite'
     made = _python(f"""
-        from reach_nb.risk_tools import RiskWorkspace
+        from reach_nb.risk.tools import RiskWorkspace
         ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
         print(ws.create_procedure('spike drivers', [{{'operator': 'concentration', 'params': {{'dims': ['channel_id', 'game_id']}}}}, {{'operator': 'trend'}}]))
         print(ws.create_task('proc_0001', '2026-06-24', '2026-06-30', filters={{'currency': ['CNY', 'HKD']}}, name='last week'))""")
     assert made.startswith("Created procedure proc_0001 'spike drivers' with 2 steps:") and "Created task task_0001 'last week'" in made
     ran = _python(f"""
-        from reach_nb.risk_tools import RiskWorkspace
+        from reach_nb.risk.tools import RiskWorkspace
         ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
         print(ws.list_tasks())
         print(ws.run_task('task_0001'))""")
     assert '| task_0001 | last week | proc_0001 | 2026-06-24..2026-06-30 | 2026-05-27..2026-06-23 | currency=CNY/HKD | created |' in ran
     assert "task_0001 'last week' done:" in ran and '[1] concentration: amount ' in ran and '[2] trend: daily amount ' in ran
     read = _python(f"""
-        from reach_nb.risk_tools import RiskWorkspace
+        from reach_nb.risk.tools import RiskWorkspace
         ws = RiskWorkspace({str(tiny)!r}, store={str(store)!r}, kb={str(tmp_path)!r})
         print(ws.list_tasks(status='done'))
         print(ws.get_result('task_0001', step=1, top=1))""")
@@ -47,7 +47,7 @@ def test_procedures_tasks_and_results_persist_across_processes(tiny, tmp_path):
 
 def test_ids_stay_unique_when_processes_write_at_once(tiny, tmp_path):
     code = f"""
-        from reach_nb.risk_tools import RiskWorkspace
+        from reach_nb.risk.tools import RiskWorkspace
         ws = RiskWorkspace({str(tiny)!r}, store={str(tmp_path/'store.sqlite')!r}, kb={str(tmp_path)!r})
         for i in range(5): print(ws.create_procedure(f'p{{i}}', [{{'operator': 'trend'}}]).split()[2])"""
     procs = [subprocess.Popen([sys.executable, '-c', textwrap.dedent(code)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
@@ -131,7 +131,7 @@ def _finishes(fn, seconds:float) -> bool:
 
 def test_bench_settings_go_in_before_the_lock(tiny):
     "`reach bench data` opens a RiskDB, then sets its options with configure_duckdb: they must take effect, and the lock stay."
-    from reach_nb.bench_data import _reach_side
+    from reach_nb.bench.data import _reach_side
     rdb = RiskDB(tiny, config={'memory_limit': '300MB'})
     try:
         con = configure_duckdb(rdb.con, {'threads': 1, 'memory_limit': '200MB'})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reach_nb.core import TokenDelta
-from reach_nb.sessions import RedisSessionStore, SQLiteSessionStore, open_store
+from reach_nb.memory.sessions import RedisSessionStore, SQLiteSessionStore, open_store
 
 from redis_server import redis_server
 
@@ -21,7 +21,7 @@ BIG = 200_000  # every tenth event is this large (stored whole), every fiftieth 
 CHILD = r'''
 import sys, time
 from reach_nb.core import Observation, RunStart, TokenDelta, ToolEnd
-from reach_nb.sessions import open_store
+from reach_nb.memory.sessions import open_store
 
 def event(i):
     if i == 0: return RunStart(question='crash test')

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reach_nb.core import RunStart
-from reach_nb.sessions import SQLiteSessionStore
+from reach_nb.memory.sessions import SQLiteSessionStore
 
 from reach_cli import REACH, clean_env, run_reach
 

@@ -4,9 +4,9 @@ import json, multiprocessing, threading, uuid
 import pytest
 
 from reach_nb.core import Observation, Run, RunStart, Step, StepEnd, StepStart, TokenDelta, ToolCall, ToolEnd
-from reach_nb.llm import ScriptedLLM
-from reach_nb.react import ReActAgent
-from reach_nb.sessions import (RedisSessionStore, SessionLog, SessionStore, SQLiteSessionStore,
+from reach_nb.llm.models import ScriptedLLM
+from reach_nb.agents.react import ReActAgent
+from reach_nb.memory.sessions import (RedisSessionStore, SessionLog, SessionStore, SQLiteSessionStore,
                                completed_tool_results, cut_at_step, open_store)
 from reach_nb.tools import tool
 

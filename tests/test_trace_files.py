@@ -3,8 +3,8 @@ whose model sends what JSON can't hold as it is."""
 import json, multiprocessing, os, warnings
 import pytest
 from reach_nb.core import Run, UserError, TraceWriter, read_trace
-from reach_nb.llm import ScriptedLLM
-from reach_nb.react import ReActAgent
+from reach_nb.llm.models import ScriptedLLM
+from reach_nb.agents.react import ReActAgent
 
 
 def lookup(key: str) -> str:
@@ -47,7 +47,7 @@ def test_line_separators_a_model_writes_read_back(tmp_path, where):
 
 
 def test_a_cassette_keeps_line_separators(tmp_path):
-    from reach_nb.llm import RecordingLLM, ReplayLLM
+    from reach_nb.llm.models import RecordingLLM, ReplayLLM
     reply = json.dumps({'thought': f'a{BREAKS}b', 'answer': f'c{BREAKS}d'}, ensure_ascii=False)
     live = ReActAgent(RecordingLLM(ScriptedLLM([reply]), tmp_path/'c.jsonl'), []).run('q')
     replayed = ReActAgent(ReplayLLM(tmp_path/'c.jsonl'), []).run('q')
@@ -125,7 +125,7 @@ def test_an_unreadable_trace_is_a_user_error_naming_it(tmp_path):
 
 
 def test_the_viewer_says_the_same(tmp_path):
-    from reach_nb.viewer import RunViewer
+    from reach_nb.viewer.widget import RunViewer
     with pytest.raises(UserError, match=f'no such file in {tmp_path}/missing.jsonl: check the path'):
         RunViewer(str(tmp_path/'missing.jsonl'))
     with pytest.raises(UserError, match=f'a folder, not a trace file in {tmp_path}: give the path of a trace file in it'):
@@ -133,8 +133,8 @@ def test_the_viewer_says_the_same(tmp_path):
 
 
 def test_a_page_is_written_whole_whatever_the_run_holds(tmp_path):
-    from reach_nb.viewer import RunViewer
-    import reach_nb.share  # noqa: F401  (RunViewer.to_html)
+    from reach_nb.viewer.widget import RunViewer
+    import reach_nb.viewer.share  # noqa: F401  (RunViewer.to_html)
     run = Run.load(_real_trace(tmp_path, REPLIES))
     page = RunViewer(run).to_html(tmp_path/'run.html')
     before = page.read_bytes()

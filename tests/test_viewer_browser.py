@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reach_nb.risk_data import ensure_dataset
-from reach_nb.risk_agents import run_risk_demo
+from reach_nb.risk.data import ensure_dataset
+from reach_nb.risk.agents import run_risk_demo
 
 from browser import CHROMIUM_ARGS, TOKEN, ensure_chromium, ensure_python_package, jupyterlab, write_notebook
 
@@ -27,11 +27,11 @@ MIN_CONTRAST = 4.5
 
 CELLS = [
     """import json
-from reach_nb.viewer import RunViewer
-from reach_nb.dag import DAGAgent, LatencyLLM
-from reach_nb.llm import FaultyLLM, ScriptedLLM
-from reach_nb.risk_agents import risk_agent, run_risk_demo
-from reach_nb.sim_analyst import SPIKE_QUESTION, SimAnalyst""",
+from reach_nb.viewer.widget import RunViewer
+from reach_nb.agents.dag import DAGAgent, LatencyLLM
+from reach_nb.llm.models import FaultyLLM, ScriptedLLM
+from reach_nb.risk.agents import risk_agent, run_risk_demo
+from reach_nb.risk.analyst import SPIKE_QUESTION, SimAnalyst""",
     """v = RunViewer(run_risk_demo())
 v.add_class('t-demo')
 v""",

@@ -20,12 +20,12 @@ import pytest
 from nbclient import NotebookClient
 
 from reach_nb.core import Run
-from reach_nb.llm import FaultyLLM, ScriptedLLM
-from reach_nb.react import ReActAgent
-from reach_nb.risk_data import ensure_dataset
-from reach_nb.share import run_to_html
-from reach_nb.risk_agents import run_risk_demo
-from reach_nb.sim_analyst import SimAnalyst
+from reach_nb.llm.models import FaultyLLM, ScriptedLLM
+from reach_nb.agents.react import ReActAgent
+from reach_nb.risk.data import ensure_dataset
+from reach_nb.viewer.share import run_to_html
+from reach_nb.risk.agents import run_risk_demo
+from reach_nb.risk.analyst import SimAnalyst
 
 from browser import CHROMIUM_ARGS, TOKEN, ensure_chromium, ensure_python_package, jupyterlab, write_notebook
 
@@ -275,7 +275,7 @@ def _hostile_run(payload:str) -> Run:
 
 
 def test_every_payload_is_inert_in_every_page(browser, tmp_path):
-    from reach_nb.share import compare_to_html
+    from reach_nb.viewer.share import compare_to_html
     pages, seen = [], 0
     for i, v in enumerate(VECTORS):
         run = _hostile_run(v)
@@ -295,8 +295,8 @@ def test_every_payload_is_inert_in_every_page(browser, tmp_path):
 
 
 NOTEBOOK = ["""\
-from reach_nb.viewer import RunViewer  # its output carries the run as static HTML too, share imported or not
-from reach_nb.risk_agents import run_risk_demo""",
+from reach_nb.viewer.widget import RunViewer  # its output carries the run as static HTML too, share imported or not
+from reach_nb.risk.agents import run_risk_demo""",
             "run = run_risk_demo()\nRunViewer(run)"]
 
 
@@ -361,9 +361,9 @@ def test_saved_notebook_shows_the_run_without_a_kernel(browser, saved_notebook, 
 
 FORK_NOTEBOOK = ["""\
 import json, re
-from reach_nb.llm import FunctionLLM
-from reach_nb.react import ReActAgent
-from reach_nb.share import ForkViewer
+from reach_nb.llm.models import FunctionLLM
+from reach_nb.agents.react import ReActAgent
+from reach_nb.viewer.share import ForkViewer
 STATS = {'c09': 'Channel c09: 212 accounts paid through 3 devices; 41% of top-ups refunded.',
          'c12': 'Channel c12: 1,940 accounts paid through 1,902 devices; 2% of top-ups refunded.'}
 def channel_stats(channel:str): # a payment channel id

@@ -1,6 +1,6 @@
 """The wire formats real OpenAI-compatible servers use, through the real `openai` client over real HTTP.
 
-The local model server answers in each format of `reach_nb.modelserver.WIRES` (tool calls as OpenAI sends them,
+The local model server answers in each format of `reach_nb.llm.server.WIRES` (tool calls as OpenAI sends them,
 with the arguments as an object, written into the content in a model's own syntax; reasoning in a field or a
 `<think>` block; no usage block). Each row runs twice:
 - at the LLM level: what `OpenAIChat` returns, streamed and not, for a tool call and for an answer;
@@ -12,9 +12,9 @@ import json
 import pytest
 
 from reach_nb.core import ToolCall
-from reach_nb.llm import FunctionLLM, LLMResponse, OpenAIChat
-from reach_nb.modelserver import IN_CONTENT, WIRES, ModelServer, wire_format
-from reach_nb.react import ReActAgent
+from reach_nb.llm.models import FunctionLLM, LLMResponse, OpenAIChat
+from reach_nb.llm.server import IN_CONTENT, WIRES, ModelServer, wire_format
+from reach_nb.agents.react import ReActAgent
 
 QUESTION = 'Is merchant M-7 a chargeback risk?'
 CALL = ToolCall(tool='merchant_profile', args={'merchant_id': 'M-7'})
