@@ -22,7 +22,8 @@ from .llm.models import ChatModel, FaultyLLM, get_model
 from .parse import parse_json
 from .agents.react import SAFEGUARDS
 from .risk.data import ensure_dataset, ground_truth
-from .risk.tools import RiskDB, RiskWorkspace
+from .risk.db import RiskDB
+from .risk.tools import RiskWorkspace
 from .agents.registry import AGENTS, make_agent
 from .risk.agents import data_note, risk_tools
 

@@ -3,7 +3,7 @@
 - a regression guard: recall@5 of the default embedder must stay near what was measured (0.933 when written: 70 of
   the 75 answerable questions; the floor leaves a margin of about four questions), and well above the keyword
   baseline (0.507);
-- the keyword baseline ranks exactly as the knowledge-base search (reach_nb.risk.tools.KnowledgeBase) does;
+- the keyword baseline ranks exactly as the knowledge-base search (reach_nb.risk.knowledge.KnowledgeBase) does;
 - the benchmark runs as `python -m reach_nb.memory.recall N` and prints both measurements.
 No timing is asserted.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from reach_nb.memory.recall import (E5Embedder, KeywordIndex, default_embedder, keyword_ranker, load_pairs, memory_ranker,
                              recall_at_k)
-from reach_nb.risk.tools import KnowledgeBase
+from reach_nb.risk.knowledge import KnowledgeBase
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ROOT/'data'/'memory'/'recall_pairs.jsonl'

@@ -3,7 +3,8 @@ import json, subprocess, sys, textwrap, threading
 from pathlib import Path
 import duckdb, pytest
 from reach_nb.risk.data import build_dataset, ground_truth, table_checksums
-from reach_nb.risk.tools import RiskDB, RiskWorkspace, configure_duckdb, risk_registry, tiny_dataset
+from reach_nb.risk.db import RiskDB, configure_duckdb, tiny_dataset
+from reach_nb.risk.tools import RiskWorkspace, risk_registry
 
 LAST_WEEK = ('2026-06-24', '2026-06-30')
 

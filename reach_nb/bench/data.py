@@ -93,7 +93,8 @@ def pandas_concentration(df, # transactions with PANDAS_COLUMNS
 # %% ../../nbs/91_bench_data.ipynb #d4aebf47
 def _reach_side(db:str, top:int=5, settings:dict|None=None) -> dict:
     "The reach_nb side: open the dataset with the tools' `RiskDB`, run the concentration operator over six dimensions."
-    from reach_nb.risk.tools import RiskDB, run_operator
+    from reach_nb.risk.db import RiskDB
+    from reach_nb.risk.operators import run_operator
     t = time.perf_counter()
     rdb = RiskDB(db, query_timeout=3600, config=settings)
     step = {'operator': 'concentration', 'params': {'dims': list(DIMS), 'top': top}}
@@ -180,7 +181,7 @@ def bench_data(rows:int=10_000_000, # transactions in the dataset
                settings:dict|None=None, # DuckDB options SET on the tools' connection, e.g. {'threads': 1}
                top:int=5) -> dict: # values per dimension
     "Time and peak memory of the concentration analysis: reach_nb tools on the DuckDB file vs pandas, fresh processes."
-    from reach_nb.risk.tools import duckdb_config
+    from reach_nb.risk.db import duckdb_config
     settings = duckdb_config() | dict(settings or {})  # what the tools' connection really runs with
     path, built = ensure_bench_dataset(rows, db)
     idle = {side: _spawn(side, idle=True)['peak_mib'] for side in _SIDES}
