@@ -28,10 +28,14 @@ class Settings:
     tool_timeout: float = 30.0   # seconds per tool call
     request_timeout: float = 60.0  # seconds to wait for each model request
     max_observation_chars: int = 4000
-    data_dir: str = ''           # generated data (sample datasets, long-term memory); empty = the user cache folder
-    trace_dir: str = 'traces'    # traces, sessions and eval results; relative = from the project, else the working folder
-    duckdb_threads: int = 0      # threads for the analysis tools' DuckDB connection; 0 = DuckDB's default (all cores)
-    duckdb_memory_limit: str = '300MB'  # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
+    # generated data (sample datasets, long-term memory); empty = the user cache folder
+    data_dir: str = ''
+    # traces, sessions and eval results; relative = from the project, else the working folder
+    trace_dir: str = 'traces'
+    # threads for the analysis tools' DuckDB connection; 0 = DuckDB's default (all cores)
+    duckdb_threads: int = 0
+    # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
+    duckdb_memory_limit: str = '300MB'
     api_key: str = ''            # only from the environment
 
     @property
@@ -41,7 +45,8 @@ class Settings:
 
 # %% ../nbs/01_config.ipynb #838f8867
 _RANGES = {  # setting: (lowest allowed, whether the lowest itself is allowed)
-    'temperature': (0, True), 'max_steps': (1, True), 'max_corrections': (0, True), 'tool_timeout': (0, False),
+    'temperature': (0, True), 'max_steps': (1, True), 'max_corrections': (0, True),
+           'tool_timeout': (0, False),
     'request_timeout': (0, False), 'max_observation_chars': (0, True), 'duckdb_threads': (0, True)}
 _KINDS = {int: 'a whole number', float: 'a number', str: 'text'}
 
@@ -51,35 +56,43 @@ def _rule(name:str, kind:str) -> str:
     return f"{kind} {'of at least' if inclusive else 'above'} {lo}"
 
 def _value(f, raw, where:str):
-    "The value of setting `f` given as `raw` (text, or already typed), checked; a `UserError` naming `where` if not."
+    ("The value of setting `f` given as `raw` (text, or already typed), checked; a `UserError` "
+     "naming `where` if not.")
     t, lo = type(f.default), _RANGES.get(f.name, (None, True))
     try: v = t(raw.strip() if isinstance(raw, str) else raw)
     except (TypeError, ValueError): v = None
     fits = v is not None and (t is str or (math.isfinite(v) and (lo[0] is None or v > lo[0] or (lo[1] and v == lo[0]))))
     if fits: return v
     rule = _rule(f.name, _KINDS[t])
-    raise UserError(f"{f.name} must be {rule}, got {raw!r}", where, f"give {rule} (the default is {f.default!r})")
+    raise UserError(f"{f.name} must be {rule}, got {raw!r}", where,
+                    f"give {rule} (the default is {f.default!r})")
 
 # %% ../nbs/01_config.ipynb #83237fd7
 _KNOWN = [f.name for f in fields(Settings) if f.name != 'api_key']
 
 def _read_ini_text(ini:Path) -> str:
     try: return Path(ini).read_text(encoding='utf-8')
-    except UnicodeDecodeError: raise UserError('not UTF-8 text', str(ini), 'save the file as UTF-8') from None
+    except UnicodeDecodeError: raise UserError('not UTF-8 text', str(ini),
+                                               'save the file as UTF-8') from None
 
 def _ini_line(key:str, section:str|None, where:str, seen:dict) -> None:
     "Check one `key = value` line of `settings.ini`."
-    if section is None: raise UserError(f"setting {key!r} outside a section", where, 'put it under the [reach] line')
+    if section is None: raise UserError(f"setting {key!r} outside a section", where,
+                                        'put it under the [reach] line')
     if section != 'reach': return
-    if key == 'api_key': raise UserError('an API key in a file', where, 'remove it and set REACH_API_KEY instead')
-    if key not in _KNOWN: raise UserError(f"unknown setting {key!r}", where, f"use one of {', '.join(_KNOWN)}")
-    if key in seen: raise UserError(f"setting {key!r} given twice (first at {seen[key][1]})", where, 'keep one')
+    if key == 'api_key': raise UserError('an API key in a file', where,
+                                         'remove it and set REACH_API_KEY instead')
+    if key not in _KNOWN: raise UserError(f"unknown setting {key!r}", where,
+                                          f"use one of {', '.join(_KNOWN)}")
+    if key in seen: raise UserError(f"setting {key!r} given twice (first at {seen[key][1]})", where,
+                                    'keep one')
 
 # %% ../nbs/01_config.ipynb #16c9093c
 _SECTION = re.compile(r'\[([^\]]+)\]')
 
 def read_ini(ini:Path) -> dict[str, tuple[str, str]]:
-    "The `[reach]` settings of `ini` as {key: (value, 'file:line')}; a broken line is a `UserError` naming it."
+    ("The `[reach]` settings of `ini` as {key: (value, 'file:line')}; a broken line is a "
+     "`UserError` naming it.")
     vals, section = {}, None
     for i, line in enumerate(_read_ini_text(ini).splitlines(), 1):
         s, where = line.strip(), f"{ini}:{i}"
@@ -104,20 +117,23 @@ def find_settings_file(start:Path|None=None) -> Path|None:
     return None
 
 def _env_values(env) -> dict[str, tuple[str, str]]:
-    return {k: (env[f'REACH_{k.upper()}'], f'REACH_{k.upper()}') for k in _KNOWN if f'REACH_{k.upper()}' in env}
+    return {k: (env[f'REACH_{k.upper()}'], f'REACH_{k.upper()}')
+            for k in _KNOWN if f'REACH_{k.upper()}' in env}
 
 def load_settings(path:Path|None=None, # a settings.ini; default: `find_settings_file()`
                   env:dict|None=None, # the environment; default `os.environ`
                   sources:dict|None=None, # where each override came from, for error messages
                   **overrides) -> Settings:
-    "Settings from defaults, `settings.ini` (found or given) and `REACH_*` environment variables, then `overrides`."
+    ("Settings from defaults, `settings.ini` (found or given) and `REACH_*` environment "
+     "variables, then `overrides`.")
     env, sources = os.environ if env is None else env, sources or {}
     ini = Path(path) if path else find_settings_file()
     vals = (read_ini(ini) if ini else {}) | _env_values(env)
     vals |= {k: (v, sources.get(k, f'load_settings({k}=...)')) for k, v in overrides.items() if v is not None}
     known = {f.name: f for f in fields(Settings)}
     for k in vals:
-        if k not in known: raise UserError(f"unknown setting {k!r}", vals[k][1], f"use one of {', '.join(_KNOWN)}")
+        if k not in known: raise UserError(f"unknown setting {k!r}", vals[k][1],
+                                           f"use one of {', '.join(_KNOWN)}")
     s = Settings(**{k: _value(known[k], v, where) for k, (v, where) in vals.items()})
     s.api_key = env.get('REACH_API_KEY') or env.get('OPENAI_API_KEY') or ''
     return s
@@ -129,7 +145,8 @@ def project_root() -> Path|None:
     return f.parent if f else None
 
 def resolve_path(p:str|Path) -> Path:
-    "`p` as an absolute path: a relative one is taken from the project root, else from the working folder."
+    ("`p` as an absolute path: a relative one is taken from the project root, else "
+     "from the working folder.")
     p = Path(p).expanduser()
     return p if p.is_absolute() else (project_root() or Path.cwd())/p
 
@@ -144,9 +161,11 @@ def data_path(*parts, settings:Settings|None=None) -> Path:
 
 # %% ../nbs/01_config.ipynb #4e9551e9
 def shipped(*parts) -> Path:
-    "A file or folder that ships inside the package: knowledge base, eval tasks, pipelines, labelled sets."
+    ("A file or folder that ships inside the package: knowledge base, eval tasks, "
+     "pipelines, labelled sets.")
     try: root = Path(str(resources.files('reach_nb.data')))
-    except ModuleNotFoundError: root = Path(__file__).resolve().parent.parent/'data'  # the source tree, not installed
+    # the source tree, not installed
+    except ModuleNotFoundError: root = Path(__file__).resolve().parent.parent/'data'
     return root.joinpath(*parts)
 
 # %% ../nbs/01_config.ipynb #aba1ccb9
@@ -163,7 +182,8 @@ def _open_regular(path:Path, limit:int) -> bytes:
 def read_capped(path:str|Path, # the file
                 limit:int=MAX_FILE_BYTES, # bytes at most
                 inside:str|Path|None=None) -> str: # when given, the file must resolve inside this folder
-    "The UTF-8 text of the regular file `path`; `OSError` or a `ValueError` saying why it cannot be read."
+    ("The UTF-8 text of the regular file `path`; `OSError` or a `ValueError` saying "
+     "why it cannot be read.")
     path = Path(path)
     if inside is not None and not path.resolve().is_relative_to(Path(inside).resolve()):
         raise ValueError(f'outside the folder {inside}')
@@ -171,22 +191,29 @@ def read_capped(path:str|Path, # the file
     except UnicodeDecodeError: raise ValueError('not UTF-8 text') from None
 
 # %% ../nbs/01_config.ipynb #5882b718
-MAX_YAML_NODES = 100_000  # values a YAML text may hold, each alias counted as the whole value it names
+# values a YAML text may hold, each alias counted as the whole value it names
+MAX_YAML_NODES = 100_000
 MAX_YAML_DEPTH = 64       # levels of nesting
 
 def _yaml_refused(e, what:str, where:str):
-    raise UserError(f'the YAML {what}', f'{where}:{e.start_mark.line + 1}', 'write the data out plainly: no deep '
+    raise UserError(f'the YAML {what}', f'{where}:{e.start_mark.line + 1}',
+                    'write the data out plainly: no deep '
                     'nesting and no aliases (*name) that multiply it')
 
 def check_yaml(text:str, # the YAML text
                where:str): # the file it came from, named in errors
-    "Refuse YAML nested past `MAX_YAML_DEPTH`, expanding past `MAX_YAML_NODES` or referring to itself; bad syntax raises `yaml.YAMLError`."
-    sizes, open_, total = {}, [], 0  # expanded size of each anchor; the collections open now; values so far
+    ("Refuse YAML nested past `MAX_YAML_DEPTH`, expanding past `MAX_YAML_NODES` or referring to "
+     "itself; bad syntax raises `yaml.YAMLError`.")
+    # expanded size of each anchor; the collections open now; values so far
+    sizes = {}
+    open_ = []
+    total = 0
     for e in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(e, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             total += 1
             open_.append((e.anchor, total))
-            if len(open_) > MAX_YAML_DEPTH: _yaml_refused(e, f'nests deeper than {MAX_YAML_DEPTH} levels', where)
+            if len(open_) > MAX_YAML_DEPTH:
+                _yaml_refused(e, f'nests deeper than {MAX_YAML_DEPTH} levels', where)
         elif isinstance(e, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             anchor, start = open_.pop()
             if anchor: sizes[anchor] = total - start + 1
@@ -194,12 +221,15 @@ def check_yaml(text:str, # the YAML text
             total += 1
             if e.anchor: sizes[e.anchor] = 1
         elif isinstance(e, yaml.AliasEvent):
-            if any(a == e.anchor for a, _ in open_): _yaml_refused(e, f'alias *{e.anchor} refers to itself', where)
+            if any(a == e.anchor for a, _ in open_):
+                _yaml_refused(e, f'alias *{e.anchor} refers to itself', where)
             total += sizes.get(e.anchor, 1)
-        if total > MAX_YAML_NODES: _yaml_refused(e, f'expands to more than {MAX_YAML_NODES:,} values', where)
+        if total > MAX_YAML_NODES:
+            _yaml_refused(e, f'expands to more than {MAX_YAML_NODES:,} values', where)
 
 # %% ../nbs/01_config.ipynb #177f9e84
-_PORT_TAKEN = (errno.EADDRINUSE, errno.EACCES)  # in use, or below 1024 for a user who may not take it
+# in use, or below 1024 for a user who may not take it
+_PORT_TAKEN = (errno.EADDRINUSE, errno.EACCES)
 
 def listen_error(e:OSError, # what binding or listening raised
                  host:str, port:int, # the address asked for
@@ -207,7 +237,9 @@ def listen_error(e:OSError, # what binding or listening raised
                  host_where:str) -> UserError: # where the host came from, e.g. 'option --host'
     "The one-line `UserError` for a socket that cannot listen on `host`:`port`."
     address = f"[{host}]:{port}" if ':' in host else f"{host}:{port}"
-    why = os.strerror(e.errno) if isinstance(e.errno, int) and e.errno > 0 else e.strerror or e  # the bare reason
+    # the bare reason
+    why = os.strerror(e.errno) if isinstance(e.errno, int) and e.errno > 0 else e.strerror or e
     what = f"cannot listen on {address} ({why})"
-    if e.errno in _PORT_TAKEN: return UserError(what, port_where, 'give another port, or stop what listens on it')
+    if e.errno in _PORT_TAKEN: return UserError(what, port_where,
+                                                'give another port, or stop what listens on it')
     return UserError(what, host_where, 'give an address of this machine, e.g. 127.0.0.1')

@@ -25,14 +25,17 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     tool_calls: int = 0
     wall_time: float = 0.0  # seconds
-    estimated_calls: int = 0  # model calls whose token counts were estimated here (the server sent no usage)
+    # model calls whose token counts were estimated here (the server sent no usage)
+    estimated_calls: int = 0
     reasoning_tokens: int = 0  # reasoning tokens, when the server reports them
 
     @property
     def total_tokens(self): return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, o:Usage):
-        a, b = self.__dict__, o.__dict__  # (validating the sums is quicker than building without validation)
+        # (validating the sums is quicker than building without validation)
+        a = self.__dict__
+        b = o.__dict__
         return Usage.model_validate({k: a[k] + b[k] for k in _USAGE_FIELDS})
 
 _USAGE_FIELDS = tuple(Usage.model_fields)
@@ -56,7 +59,8 @@ class Observation(BaseModel):
     error: ErrorKind | None = None
     suggestion: str | None = None  # the registry's "did you mean" for an unknown tool
     call_id: str | None = None
-    args: dict[str, Any] = Field(default_factory=dict)  # the arguments actually used, after coercion
+    # the arguments actually used, after coercion
+    args: dict[str, Any] = Field(default_factory=dict)
     truncated: bool = False
     duration: float = 0.0
     source: str | None = None  # where the tool lives, e.g. the MCP server that ran it
@@ -73,8 +77,10 @@ PARAM_SYNONYMS: dict[str, list[str]] = {
 }
 
 # %% ../nbs/00_core.ipynb #17599e14
-SafeguardKind = Literal['correction', 'suggestion', 'validation', 'tool_error', 'timeout', 'intervention',
-                        'repeat_stop', 'max_steps', 'llm_error', 'retry', 'internal_error', 'size_cap', 'repair']
+SafeguardKind = Literal['correction', 'suggestion', 'validation', 'tool_error', 'timeout',
+                        'intervention',
+                        'repeat_stop', 'max_steps', 'llm_error', 'retry', 'internal_error',
+                        'size_cap', 'repair']
 
 class Safeguard(BaseModel):
     "A record that one of the loop's safeguards fired."
@@ -83,7 +89,8 @@ class Safeguard(BaseModel):
 
 # %% ../nbs/00_core.ipynb #684d4081
 ParseLevel = Literal['strict', 'repaired', 'failed', 'native']
-Messages = Annotated[list[dict[str, Any]], SkipValidation]  # chat messages, kept as given (long; not re-checked)
+# chat messages, kept as given (long; not re-checked)
+Messages = Annotated[list[dict[str, Any]], SkipValidation]
 
 class Step(BaseModel):
     "One model call and its consequences."
@@ -93,11 +100,13 @@ class Step(BaseModel):
     observations: list[Observation] = Field(default_factory=list)
     answer: str | None = None
     conclusion: str | None = None  # a conclusion the model stated beside an action
-    reasoning: str | None = None  # the model's separate reasoning (reasoning_content, a <think> block)
+    # the model's separate reasoning (reasoning_content, a <think> block)
+    reasoning: str | None = None
     raw: str = ''  # the model's output exactly as received
     parse_level: ParseLevel = 'strict'
     repairs: list[str] = Field(default_factory=list)
-    prompt: Messages = Field(default_factory=list)  # the messages sent (older traces; now rebuilt from the steps)
+    # the messages sent (older traces; now rebuilt from the steps)
+    prompt: Messages = Field(default_factory=list)
     messages: Messages = Field(default_factory=list)  # what this step added to the conversation
     summary: str | None = None  # a short account of the step, made when it ended
     task: str | None = None  # the plan task this step served, in agents that plan
@@ -107,11 +116,14 @@ class Step(BaseModel):
     @property
     def action(self) -> ToolCall | None: return self.actions[0] if self.actions else None
     @property
-    def observation(self) -> str | None: return self.observations[0].content if self.observations else None
+    def observation(self) -> str | None:
+        return self.observations[0].content if self.observations else None
 
     def __repr__(self):
-        what = f"answer={self.answer!r}" if self.answer is not None else f"actions={[str(a) for a in self.actions]}"
-        return f"Step({self.index}, thought={self.thought!r}, {what}, parse_level={self.parse_level!r})"
+        what = (f"answer={self.answer!r}" if self.answer is not None
+                else f"actions={[str(a) for a in self.actions]}")
+        return (f"Step({self.index}, thought={self.thought!r}, {what}, "
+                f"parse_level={self.parse_level!r})")
 
 # %% ../nbs/00_core.ipynb #3d628112
 def _short(s:str, n:int=300): return s if len(s) <= n else s[:n] + f'… ({len(s)} chars)'
@@ -127,7 +139,8 @@ def _md_observation(o:Observation) -> str:
 
 @patch
 def _repr_markdown_(self:Step):
-    parsed = f" · parsed `{self.parse_level}`" + (f" ({', '.join(self.repairs)})" if self.repairs else '')
+    parsed = f" · parsed `{self.parse_level}`" + (f" ({', '.join(self.repairs)})" if self.repairs
+                                                  else '')
     tokens = f" · {self.usage.total_tokens} tokens" if self.usage.llm_calls else ''
     lines = [f"**Step {self.index}**{parsed}{tokens}"]
     if self.thought: lines.append(f"- *Thought:* {_md(self.thought)}")
@@ -145,7 +158,8 @@ class RunStart(BaseModel):
     question: str
     agent: str = ''
     model: str = ''
-    meta: dict[str, Any] = Field(default_factory=dict)  # e.g. {'simulated': True} for offline stand-ins
+    # e.g. {'simulated': True} for offline stand-ins
+    meta: dict[str, Any] = Field(default_factory=dict)
 
 class StepStart(BaseModel):
     "A model call is about to be made."
@@ -185,7 +199,8 @@ class ToolEnd(BaseModel):
     type: Literal['tool_end'] = 'tool_end'
     index: int
     observation: Observation
-    call: ToolCall | None = None  # the call it answers, so a result read back needs no pairing (older traces: None)
+    # the call it answers, so a result read back needs no pairing (older traces: None)
+    call: ToolCall | None = None
 
 class StepEnd(BaseModel):
     "A step is complete; carries the whole step."
@@ -194,10 +209,12 @@ class StepEnd(BaseModel):
 
 # %% ../nbs/00_core.ipynb #c03a26f6
 class PlanTask(BaseModel):
-    "One task of a plan: its goal, the tool call it makes (if it is one), the tasks whose results it needs."
+    ("One task of a plan: its goal, the tool call it makes (if it is one), the tasks "
+     "whose results it needs.")
     id: str
     goal: str = ''
-    call: ToolCall | None = None  # a direct tool call; None: the task is a small agent run or a model step
+    # a direct tool call; None: the task is a small agent run or a model step
+    call: ToolCall | None = None
     deps: list[str] = Field(default_factory=list)
 
 class PlanMade(BaseModel):
@@ -235,7 +252,8 @@ class Routed(BaseModel):
     index: int = 0
 
 class StageOutput(BaseModel):
-    "What a stage of a pipeline produced, on its channel: for the user, for the next stage, or an error."
+    ("What a stage of a pipeline produced, on its channel: for the user, for the "
+     "next stage, or an error.")
     type: Literal['stage'] = 'stage'
     index: int
     stage: str
@@ -253,17 +271,23 @@ class RunEnd(BaseModel):
     answer: str | None
     stop_reason: StopReason
     usage: Usage = Field(default_factory=Usage)
-    meta: dict[str, Any] = Field(default_factory=dict)  # what was learnt in the run, e.g. that it was simulated
+    # what was learnt in the run, e.g. that it was simulated
+    meta: dict[str, Any] = Field(default_factory=dict)
 
-Event = Annotated[Union[RunStart, StepStart, TokenDelta, ModelOutput, SafeguardFired, ToolStart, ToolEnd,
-                        StepEnd, RunEnd, PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
-Extra = Annotated[Union[PlanMade, TaskStart, TaskEnd, Routed, StageOutput], Field(discriminator='type')]
-_EXTRA = EXTRA_EVENTS = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)  # the events a `Run` keeps in `extra`
+Event = Annotated[Union[RunStart, StepStart, TokenDelta, ModelOutput, SafeguardFired, ToolStart,
+                        ToolEnd,
+                        StepEnd, RunEnd, PlanMade, TaskStart, TaskEnd, Routed, StageOutput],
+                  Field(discriminator='type')]
+Extra = Annotated[Union[PlanMade, TaskStart, TaskEnd, Routed, StageOutput],
+                  Field(discriminator='type')]
+# the events a `Run` keeps in `extra`
+_EXTRA = EXTRA_EVENTS = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)
 _event_adapter = TypeAdapter(Event)
 
 def event_from_json(line:str|bytes|dict):
     "Read one event back from JSON (a line of a trace) or from a dict."
-    return _event_adapter.validate_python(line) if isinstance(line, dict) else _event_adapter.validate_json(line)
+    return (_event_adapter.validate_python(line) if isinstance(line, dict)
+            else _event_adapter.validate_json(line))
 
 # %% ../nbs/00_core.ipynb #c2e1ee04
 class Run(BaseModel):
@@ -276,7 +300,8 @@ class Run(BaseModel):
     agent: str = ''
     model: str = ''
     meta: dict[str, Any] = Field(default_factory=dict)
-    extra: list[Extra] = Field(default_factory=list)  # plans, tasks, routes and stage outputs, in order
+    # plans, tasks, routes and stage outputs, in order
+    extra: list[Extra] = Field(default_factory=list)
 
     @property
     def plans(self) -> list[PlanMade]: return [e for e in self.extra if isinstance(e, PlanMade)]
@@ -287,23 +312,28 @@ class Run(BaseModel):
         return 'incomplete' if self.stop_reason is None else 'finished'
 
     def __repr__(self):
-        return (f"Run({self.question!r}, steps={len(self.steps)}, stop_reason={self.stop_reason!r}, "
-                f"answer={self.answer!r})")
+        return (f"Run({self.question!r}, steps={len(self.steps)}, "
+                f"stop_reason={self.stop_reason!r}, answer={self.answer!r})")
 
 # %% ../nbs/00_core.ipynb #5d7c9ebc
 @patch(cls_method=True)
 def from_events(cls:Run, events:Iterable) -> Run:
-    "Fold an event stream (objects or dicts, or a `Run`, which folds as its own events) into a `Run`."
+    ("Fold an event stream (objects or dicts, or a `Run`, which folds as its own "
+     "events) into a `Run`.")
     if isinstance(events, Run): events = events.events()
     run = None
     for e in events:
         if isinstance(e, dict): e = event_from_json(e)
-        if isinstance(e, RunStart): run = cls(question=e.question, agent=e.agent, model=e.model, meta=dict(e.meta))
-        elif run is None: raise ValueError(f"An event stream must begin with run_start, got {e.type!r} first.")
+        if isinstance(e, RunStart): run = cls(question=e.question, agent=e.agent, model=e.model,
+                                              meta=dict(e.meta))
+        elif run is None: raise ValueError("An event stream must begin with run_start, "
+                                           f"got {e.type!r} first.")
         elif isinstance(e, StepEnd): run.steps.append(e.step)
         elif isinstance(e, _EXTRA): run.extra.append(e)
         elif isinstance(e, RunEnd):
-            run.answer, run.stop_reason, run.usage = e.answer, e.stop_reason, e.usage
+            run.answer = e.answer
+            run.stop_reason = e.stop_reason
+            run.usage = e.usage
             run.meta.update(e.meta)
     if run is None: raise ValueError("No run_start event found: this is not a reach_nb trace.")
     run.meta.pop('incomplete', None)
@@ -320,7 +350,8 @@ def events(self:Run) -> list:
         while extra and getattr(extra[0], 'index', 0) <= s.index: evs.append(extra.pop(0))
         evs.append(StepEnd(step=s))
     evs += extra
-    if self.stop_reason: evs.append(RunEnd(answer=self.answer, stop_reason=self.stop_reason, usage=self.usage))
+    if self.stop_reason:
+        evs.append(RunEnd(answer=self.answer, stop_reason=self.stop_reason, usage=self.usage))
     return evs
 
 # %% ../nbs/00_core.ipynb #7e8cf5af
@@ -328,14 +359,15 @@ def _md_state(run:Run) -> str:
     u = run.usage
     state = 'Incomplete: no run_end (cut short or still going)'
     if run.status == 'finished': state = f"Stopped: {run.stop_reason}"
-    return (f"*{state} · {len(run.steps)} steps · {u.llm_calls} model calls · {u.total_tokens} tokens · "
-            f"{u.tool_calls} tool calls*")
+    return (f"*{state} · {len(run.steps)} steps · {u.llm_calls} model calls · {u.total_tokens} "
+            f"tokens · {u.tool_calls} tool calls*")
 
 @patch
 def _repr_markdown_(self:Run):
     head = f"**Question:** {_md(self.question)}\n\n"
     if self.meta.get('simulated'):
-        head += f"*Simulated run: {self.meta.get('simulated_note', 'no real model was called')}.*\n\n"
+        head += ("*Simulated run: "
+                 f"{self.meta.get('simulated_note', 'no real model was called')}.*\n\n")
     body = '\n\n'.join(s._repr_markdown_() for s in self.steps)
     return head + body + f"\n\n**Answer:** {_md(self.answer)}\n\n" + _md_state(self)
 
@@ -343,8 +375,10 @@ def _repr_markdown_(self:Run):
 _SURROGATE = re.compile('[\ud800-\udfff]')
 
 def valid_text(s:str) -> str:
-    "`s` with lone surrogates replaced by U+FFFD (and split surrogate pairs joined), so it encodes as UTF-8."
-    return s if not _SURROGATE.search(s) else s.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace')
+    ("`s` with lone surrogates replaced by U+FFFD (and split surrogate pairs joined), so "
+     "it encodes as UTF-8.")
+    return (s if not _SURROGATE.search(s)
+            else s.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace'))
 
 # %% ../nbs/00_core.ipynb #925fdcbf
 MAX_TRACE_DEPTH = 64  # containers nested deeper than this in an event are replaced by a marker
@@ -357,13 +391,16 @@ def _deeper_than(x, n:int) -> bool:
     return any(_deeper_than(v, n - 1) for v in (x.values() if isinstance(x, dict) else x))
 
 def _plain(x, depth:int=0):
-    "`x` as JSON data: text made valid, non-finite numbers as text, containers past `MAX_TRACE_DEPTH` as a marker."
+    ("`x` as JSON data: text made valid, non-finite numbers as text, containers past "
+     "`MAX_TRACE_DEPTH` as a marker.")
     if isinstance(x, str): return valid_text(x)
     if x is None or isinstance(x, (bool, int)): return x
     if isinstance(x, float): return x if math.isfinite(x) else str(x)
     if isinstance(x, (BaseModel, dict, list, tuple)) and depth >= MAX_TRACE_DEPTH:
-        return f'[{type(x).__name__} nested deeper than {MAX_TRACE_DEPTH} levels: left out of the trace]'
-    if isinstance(x, BaseModel): return {k: _plain(getattr(x, k), depth + 1) for k in type(x).model_fields}
+        return (f'[{type(x).__name__} nested deeper than {MAX_TRACE_DEPTH} levels: '
+                'left out of the trace]')
+    if isinstance(x, BaseModel): return {k: _plain(getattr(x, k), depth + 1)
+                                         for k in type(x).model_fields}
     if isinstance(x, dict): return {valid_text(str(k)): _plain(v, depth + 1) for k, v in x.items()}
     if isinstance(x, (list, tuple)): return [_plain(v, depth + 1) for v in x]
     return valid_text(str(x))
@@ -375,16 +412,20 @@ def _dropped(e, err:Exception) -> str:
     index = getattr(e, 'index', None) or getattr(step, 'index', 0)
     what = f"A {getattr(e, 'type', type(e).__name__)} event could not be written to the trace"
     detail = valid_text(f"{what} ({type(err).__name__}: {str(err)[:200]}); it was left out.")
-    return SafeguardFired(index=index, safeguard=Safeguard(kind='internal_error', detail=detail)).model_dump_json()
+    return SafeguardFired(index=index, safeguard=Safeguard(kind='internal_error',
+                                                           detail=detail)).model_dump_json()
 
-_BREAKS = re.compile('[\u2028\u2029\x85]')  # line breaks to `str.splitlines` (and to JavaScript), not to JSON
+# line breaks to `str.splitlines` (and to JavaScript), not to JSON
+_BREAKS = re.compile('[\u2028\u2029\x85]')
 
 def one_line(text:str) -> str:
-    "JSON text as one line for every reader: U+2028, U+2029 and U+0085, legal unescaped in JSON strings, escaped."
+    ("JSON text as one line for every reader: U+2028, U+2029 and U+0085, legal unescaped in "
+     "JSON strings, escaped.")
     return _BREAKS.sub(lambda m: f'\\u{ord(m[0]):04x}', text)
 
 def json_lines(text:str) -> list[str]:
-    "The lines of a JSON-lines text, split at `\\n` only: a model's U+2028 inside a string does not end a line."
+    ("The lines of a JSON-lines text, split at `\\n` only: a model's U+2028 inside a string "
+     "does not end a line.")
     return [l.removesuffix('\r') for l in text.split('\n')]
 
 def _trace_line(e) -> str:
@@ -397,7 +438,8 @@ def _trace_line(e) -> str:
 
 # %% ../nbs/00_core.ipynb #2b56d066
 class TraceWriter:
-    "Append events to a JSON-lines trace as they happen, a flushed line each; writing never fails on content."
+    ("Append events to a JSON-lines trace as they happen, a flushed line each; writing "
+     "never fails on content.")
     def __init__(self, path):
         self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = self.path.open('w', encoding='utf-8')
@@ -414,11 +456,14 @@ def write_trace(events:Iterable, path) -> Path:
 
 # %% ../nbs/00_core.ipynb #4235ddbd
 class UserError(ValueError):
-    "A mistake the user can fix (a setting, option, path or file): says what is wrong, where, and what to do."
+    ("A mistake the user can fix (a setting, option, path or file): says what is wrong, "
+     "where, and what to do.")
     def __init__(self, what:str, # what is wrong
                  where:str, # where: an option, an environment variable, `file:line`
                  todo:str): # what to do about it
-        self.what, self.where, self.todo = what, where, todo
+        self.what = what
+        self.where = where
+        self.todo = todo
         super().__init__(' '.join(f"{what} in {where}: {todo}".split()))  # one line
 
 # %% ../nbs/00_core.ipynb #e509bad6
@@ -427,24 +472,30 @@ _TRACE_TODO = 'give a JSON-lines trace written by reach_nb (Run.save, reach ask 
 def _trace_bytes(path:Path) -> bytes:
     "The bytes of a trace file; a path with no readable file is a `UserError` that names it."
     try: return path.read_bytes()
-    except FileNotFoundError: raise UserError('no such file', str(path), 'check the path; ' + _TRACE_TODO) from None
+    except FileNotFoundError: raise UserError('no such file', str(path),
+                                              'check the path; ' + _TRACE_TODO) from None
     except IsADirectoryError:
         some = sorted(path.glob('*.jsonl'))[:1]
-        todo = f'give a trace file in it, e.g. {some[0]}' if some else 'give the path of a trace file in it, not of the folder'
+        todo = (f'give a trace file in it, e.g. {some[0]}' if some
+                else 'give the path of a trace file in it, not of the folder')
         raise UserError('a folder, not a trace file', str(path), todo) from None
     except PermissionError:
-        raise UserError('no permission to read the file', str(path), 'check its permissions or copy it') from None
-    except OSError as e: raise UserError(f'the file cannot be read ({e.strerror or e})', str(path), _TRACE_TODO) from None
+        raise UserError('no permission to read the file', str(path),
+                        'check its permissions or copy it') from None
+    except OSError as e: raise UserError(f'the file cannot be read ({e.strerror or e})', str(path),
+                                         _TRACE_TODO) from None
 
 def _trace_text(path:Path) -> str:
-    "The text of a trace file; a file cut inside a character loses that character, anything else not UTF-8 is refused."
+    ("The text of a trace file; a file cut inside a character loses that character, anything else "
+     "not UTF-8 is refused.")
     data = _trace_bytes(Path(path))
     if b'\0' in data: raise UserError('a binary file, not a trace', str(path), _TRACE_TODO)
     try: return data.decode('utf-8')
     except UnicodeDecodeError as e:
-        if e.reason == 'unexpected end of data': return data[:e.start].decode('utf-8')  # cut mid-character
-        raise UserError(f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})", str(path),
-                        _TRACE_TODO) from None
+        # cut mid-character
+        if e.reason == 'unexpected end of data': return data[:e.start].decode('utf-8')
+        raise UserError(f"not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})",
+                        str(path), _TRACE_TODO) from None
 
 # %% ../nbs/00_core.ipynb #069a0516
 def _why(e:Exception) -> str:
@@ -453,7 +504,8 @@ def _why(e:Exception) -> str:
     return ' '.join(str(errs[0]['msg'] if errs else f"{type(e).__name__}: {e}").split())[:160]
 
 def _cut_short(line:str, first:bool) -> bool:
-    "Whether a bad last line can be one cut short: not whole JSON (a cut never is), and a trace's `{` if it is the first."
+    ("Whether a bad last line can be one cut short: not whole JSON (a cut never is), and a trace's "
+     "`{` if it is the first.")
     if first and not line.lstrip().startswith('{'): return False
     try: json.loads(line)
     except (ValueError, RecursionError): return True
@@ -467,16 +519,20 @@ def _read_events(path) -> tuple[list, bool]:
         try: evs.append(event_from_json(line))
         except Exception as e:
             if k == len(lines) - 1 and _cut_short(line, k == 0):
-                warnings.warn(f"{path}:{i}: the last line is cut short ({_why(e)}); read the {len(evs)} events before it.")
+                warnings.warn(f"{path}:{i}: the last line is cut short ({_why(e)}); read the "
+                              f"{len(evs)} events before it.")
                 return evs, True
-            if k == 0: raise UserError(f"not a reach_nb trace: line {i} is not an event ({_why(e)})", f"{path}:{i}",
+            if k == 0: raise UserError(f"not a reach_nb trace: line {i} is not "
+                                       f"an event ({_why(e)})", f"{path}:{i}",
                                        _TRACE_TODO) from None
             raise UserError(f"line {i} is not a reach_nb event ({_why(e)})", f"{path}:{i}",
-                            'only the last line of a trace can be cut short: fix or delete this line') from None
+                            'only the last line of a trace can be cut short: '
+                            'fix or delete this line') from None
     return evs, False
 
 def read_trace(path) -> list:
-    "Read the events of a JSON-lines trace (its last line skipped with a warning if it was cut short)."
+    ("Read the events of a JSON-lines trace (its last line skipped with a warning "
+     "if it was cut short).")
     return _read_events(path)[0]
 
 # %% ../nbs/00_core.ipynb #dc6a71af
@@ -487,12 +543,15 @@ def save(self:Run, path) -> Path:
 
 @patch(cls_method=True)
 def load(cls:Run, path) -> Run:
-    "Read a run from a JSON-lines trace (a saved run or a full event trace); a trace cut short is `incomplete`."
+    ("Read a run from a JSON-lines trace (a saved run or a full event trace); a trace cut "
+     "short is `incomplete`.")
     evs, cut = _read_events(path)
-    if not evs: raise UserError('a first line cut short, no whole event' if cut else 'an empty file', str(path),
-                                _TRACE_TODO)
+    if not evs:
+        raise UserError('a first line cut short, no whole event' if cut else 'an empty file',
+                        str(path), _TRACE_TODO)
     if not isinstance(evs[0], RunStart):
-        raise UserError(f'no run_start event at the start (it begins with {evs[0].type})', str(path), _TRACE_TODO)
+        raise UserError(f'no run_start event at the start (it begins with {evs[0].type})',
+                        str(path), _TRACE_TODO)
     run = cls.from_events(evs)
     if cut: run.meta['incomplete'] = True
     return run
@@ -500,6 +559,8 @@ def load(cls:Run, path) -> Run:
 # %% ../nbs/00_core.ipynb #509d6e37
 @patch
 def prompt_at(self:Run, index:int) -> list[dict]:
-    "The exact messages step `index` was sent, rebuilt from the steps by the run's context policy (`context.run_prompt`)."
-    from reach_nb.llm.context import run_prompt  # the policies come later; the method is here whichever modules were imported
+    ("The exact messages step `index` was sent, rebuilt from the steps by the run's context policy "
+     "(`context.run_prompt`).")
+    # the policies come later; the method is here whichever modules were imported
+    from reach_nb.llm.context import run_prompt
     return run_prompt(self, index)

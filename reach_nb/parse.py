@@ -18,19 +18,23 @@ __all__ = ['MAX_REPLY_CHARS', 'MAX_DEPTH', 'ParseResult', 'parse_json', 'parse_c
 
 # %% ../nbs/02_parse.ipynb #0e484432
 class ParseResult(BaseModel):
-    "What `parse_json` made of a model's reply: the object, the level that worked, each repair, or the error."
+    ("What `parse_json` made of a model's reply: the object, the level that worked, each "
+     "repair, or the error.")
     value: dict[str, Any] | None = None
     level: Literal['strict', 'repaired', 'failed'] = 'failed'
-    repairs: list[str] = Field(default_factory=list)  # short stable names, in the order they were made
+    # short stable names, in the order they were made
+    repairs: list[str] = Field(default_factory=list)
     error: str | None = None        # for a failure: what was wrong, worded for the model
-    problem: Literal['no_object', 'truncated', 'invalid', 'schema', 'too_long'] | None = None  # a failure's kind
+    # a failure's kind
+    problem: Literal['no_object', 'truncated', 'invalid', 'schema', 'too_long'] | None = None
     raw: str = ''                   # the reply exactly as received
 
     @property
     def ok(self) -> bool: return self.level != 'failed'
 
     def _repr_markdown_(self):
-        head = f"**{self.level}**" + (f" · repairs: {', '.join(self.repairs)}" if self.repairs else '')
+        head = f"**{self.level}**" + (f" · repairs: {', '.join(self.repairs)}" if self.repairs
+                                      else '')
         shown = _short(json.dumps(self.value, ensure_ascii=False, indent=1), 1500)
         body = f"\n\n```json\n{shown}\n```" if self.value is not None else ''
         return head + body + (f"\n\n*{self.problem}:* {self.error}" if self.error else '')
@@ -43,11 +47,13 @@ MAX_REPLY_CHARS = 200_000  # a longer reply is refused at once, before any readi
 MAX_DEPTH = 200            # objects and arrays nested deeper than this are refused on every path
 
 def _shallow(text:str, limit:int=MAX_DEPTH) -> bool:
-    "Whether `text` has too few brackets to nest more than `limit` deep (a quick test that spares the walk)."
+    ("Whether `text` has too few brackets to nest more than `limit` deep (a quick test "
+     "that spares the walk).")
     return text.count('{') + text.count('[') <= limit
 
 def _too_deep(v, limit:int=MAX_DEPTH) -> bool:
-    "Whether objects and arrays in `v` nest more than `limit` levels deep (checked without recursion)."
+    ("Whether objects and arrays in `v` nest more than `limit` levels deep "
+     "(checked without recursion).")
     level, depth = [v], 0
     while level:
         boxes = [x for x in level if isinstance(x, (dict, list, tuple))]
@@ -84,10 +90,17 @@ def _balanced(s:str, closers:str=_DQ) -> bool:
 
 # %% ../nbs/02_parse.ipynb #7a3c9e04
 class _Pairs:
-    "`_balanced` of a string body that grows one quote at a time: ask `ok(j)`, then `add` the quote at `j`."
+    ("`_balanced` of a string body that grows one quote at a time: ask `ok(j)`, then "
+     "`add` the quote at `j`.")
     def __init__(self, text:str, closers:str):
-        self.t, self.sq, self.last = text, closers == _SQ, None
-        self.depth, self.neg, self.fw, self.dq, self.run = 0, False, 0, 0, False
+        self.t = text
+        self.sq = closers == _SQ
+        self.last = None
+        self.depth = 0
+        self.neg = False
+        self.fw = 0
+        self.dq = 0
+        self.run = False
 
     def ok(self) -> bool:
         "Whether the quotes added so far pair up."
@@ -110,7 +123,8 @@ class _Unreadable(Exception):
     kind = 'invalid'
 
 class _NoObject(_Unreadable): kind = 'no_object'
-class _Limit(_Unreadable): "The reply breaks a limit: a number too long, or nesting too deep; nothing else is tried."
+class _Limit(_Unreadable):
+    "The reply breaks a limit: a number too long, or nesting too deep; nothing else is tried."
 
 class _Cut(_Unreadable):
     "The text ends before the object does: the reply was cut off."
@@ -121,15 +135,22 @@ class _Cut(_Unreadable):
 
 class _Reader:
     "A forgiving JSON reader: reads one value from `pos`, noting each repair, refusing to guess."
-    def __init__(self, text:str, pos:int=0): self.t, self.i, self.repairs, self.path, self.last = text, pos, [], [], ''
+    def __init__(self, text:str, pos:int=0):
+        self.t = text
+        self.i = pos
+        self.repairs = []
+        self.path = []
+        self.last = ''
 
     def note(self, name:str):
         if name not in self.repairs: self.repairs.append(name)
 
-    def where(self) -> str: return '`' + '.'.join(map(str, self.path)) + '`' if self.path else 'the top level'
+    def where(self) -> str:
+        return '`' + '.'.join(map(str, self.path)) + '`' if self.path else 'the top level'
 
     def bad(self, expected:str) -> _Unreadable:
-        return _Unreadable(f"Invalid JSON: expected {expected} in {self.where()} but found {_show(self.t[self.i:])}.")
+        return _Unreadable(f"Invalid JSON: expected {expected} in {self.where()} but found "
+                           f"{_show(self.t[self.i:])}.")
 
 # %% ../nbs/02_parse.ipynb #7a3c9e06
 @patch
@@ -164,8 +185,9 @@ _MAX_DIGITS = 4300  # Python's own limit for reading an integer from text
 def number(self:_Reader, m:re.Match) -> int|float:
     "The number matched at the cursor; one too long to read is refused rather than changed."
     s = m.group()
-    if len(s) > _MAX_DIGITS: raise _Limit(f"Invalid JSON: the number in {self.where()} has {len(s):,} characters, "
-                                          "too many to read. Write it shorter, or as a string.")
+    if len(s) > _MAX_DIGITS: raise _Limit(f"Invalid JSON: the number in {self.where()} has "
+                                          f"{len(s):,} characters, too many to read. Write it "
+                                          "shorter, or as a string.")
     self.i = m.end()
     return float(s) if set(s) & set('.eE') else int(s)
 
@@ -181,7 +203,8 @@ def word(self:_Reader, w:str) -> Any:
 @patch
 def container(self:_Reader, opener:str):
     "Read an object or an array; one trailing comma is allowed (and noted)."
-    if len(self.path) >= MAX_DEPTH: raise _Limit(f"Invalid JSON: nested more than {MAX_DEPTH} levels deep.")
+    if len(self.path) >= MAX_DEPTH: raise _Limit("Invalid JSON: nested more than "
+                                                 f"{MAX_DEPTH} levels deep.")
     out, close = ({}, '}') if opener == '{' else ([], ']')
     self.take()
     if self.peek() == close: self.take(); return out
@@ -227,7 +250,8 @@ def after_value(self:_Reader, c:str, close:str) -> _Unreadable:
     hint = (" If the string before it contains a double quote, write that quote as \\\"."
             if self.t[:self.i].rstrip()[-1:] in _DQ + _SQ else '')
     found = _show(self.t[self.i:])
-    return _Unreadable(f"Invalid JSON: expected ',' or '{close}' after {self.last} but found {found}.{hint}")
+    return _Unreadable(f"Invalid JSON: expected ',' or '{close}' after {self.last} but "
+                       f"found {found}.{hint}")
 
 # %% ../nbs/02_parse.ipynb #95f117fe
 @patch
@@ -241,7 +265,8 @@ def string(self:_Reader, role:str) -> str:
         end = (self.quote_close(start, role, closers, m.end() - 1 if m else len(self.t))
                or (m and self.inner_quotes(start, role, m.end())) or (m and m.end()))
         if not end: raise self.unclosed(start, role, closers)
-    if d != '"' or self.t[end - 1] != '"': self.note('single_quotes' if d == "'" else 'fullwidth_punctuation')
+    if d != '"' or self.t[end - 1] != '"': self.note('single_quotes' if d == "'"
+                                                     else 'fullwidth_punctuation')
     self.i = end
     return self.decode(self.t[start:end - 1], d)
 
@@ -255,11 +280,13 @@ _QUOTE_MARK = re.compile(r'\\.|["“”＂\'‘’＇]', re.S)
 
 @patch
 def quote_close(self:_Reader, start:int, role:str, closers:str, stop:int) -> int|None:
-    "Index just past the first closing quote before `stop` that is followed by structure, the body's quotes paired."
+    ("Index just past the first closing quote before `stop` that is followed by structure, the "
+     "body's quotes paired.")
     pairs = _Pairs(self.t, closers)
     for m in _QUOTE_MARK.finditer(self.t, start, stop):
         q, j = m.group()[-1], m.end() - 1
-        if len(m.group()) == 1 and q in closers and pairs.ok() and self.closes(m.end(), role): return m.end()
+        if len(m.group()) == 1 and q in closers and pairs.ok() and self.closes(m.end(), role):
+            return m.end()
         pairs.add(q, j)
     return None
 
@@ -267,20 +294,26 @@ def quote_close(self:_Reader, start:int, role:str, closers:str, stop:int) -> int
 def unclosed(self:_Reader, start:int, role:str, closers:str) -> _Unreadable:
     "The error for a string with no usable closing quote: cut off, or ambiguous quotes."
     what = f"a key in {self.where()}" if role == 'key' else f"the string value of {self.where()}"
-    if not any(self.closes(m.end(), role) for m in re.compile(f'[{closers}]').finditer(self.t, start)):
-        return _Cut(f"stops inside {what} (which ends with {_show(self.t[max(start, len(self.t) - 30):])})")
-    return _Unreadable(f"Cannot tell where {what} ends: the quotes in it are ambiguous. Put strings in "
-                       "ASCII double quotes and write a double quote inside a string as \\\".")
+    if not any(self.closes(m.end(), role)
+               for m in re.compile(f'[{closers}]').finditer(self.t, start)):
+        return _Cut(f"stops inside {what} (which ends with "
+                    f"{_show(self.t[max(start, len(self.t) - 30):])})")
+    return _Unreadable(f"Cannot tell where {what} ends: the quotes in it are ambiguous. Put "
+                       "strings in ASCII double quotes and write a double quote "
+                       "inside a string as \\\".")
 
 # %% ../nbs/02_parse.ipynb #7a3c9e10
 _DQ_MARK = re.compile(r'\\.|"', re.S)
-_QUOTE_SHAPED = re.compile(r'"\s*(?:[:：]\s*["“{\[]|[,，]\s*"|")')  # a quote that could be a string's end or start
+# a quote that could be a string's end or start
+_QUOTE_SHAPED = re.compile(r'"\s*(?:[:：]\s*["“{\[]|[,，]\s*"|")')
 
 @patch
 def inner_quotes(self:_Reader, start:int, role:str, k:int) -> int|None:
-    "Index past the quote that ends a value holding bare `\"` in pairs, when that is the only way to read it."
+    ("Index past the quote that ends a value holding bare `\"` in pairs, when that is the "
+     "only way to read it.")
     if role != 'value': return None
-    inner = 1                                     # the quote just before `k`, followed by no structure
+    # the quote just before `k`, followed by no structure
+    inner = 1
     for m in _DQ_MARK.finditer(self.t, k):
         if m.group() != '"': continue
         if self.closes(m.end(), 'value'):
@@ -297,7 +330,8 @@ def decode(self:_Reader, body:str, d:str) -> str:
     if any(c < ' ' for c in body): self.note('control_characters')
     body = _ESCAPE.sub(lambda m: self.escape(m.group(), d), body)
     try: return json.loads(f'"{body}"', strict=False)
-    except ValueError as e: raise _Unreadable(f"Invalid JSON: a bad escape in {self.where()} ({e.msg}).") from None
+    except ValueError as e: raise _Unreadable("Invalid JSON: a bad escape in "
+                                              f"{self.where()} ({e.msg}).") from None
 
 @patch
 def escape(self:_Reader, s:str, d:str) -> str:
@@ -311,7 +345,8 @@ def escape(self:_Reader, s:str, d:str) -> str:
     return '\\' + s
 
 # %% ../nbs/02_parse.ipynb #d7149117
-_BRACES = re.compile(r'"(?:[^"\\]|\\.)*"?|[{}｛｝]', re.S)  # an unclosed string runs to the end: read once
+# an unclosed string runs to the end: read once
+_BRACES = re.compile(r'"(?:[^"\\]|\\.)*"?|[{}｛｝]', re.S)
 
 def _starts(text:str, limit:int=20) -> list[int]:
     "Where each top-level `{` begins (braces inside double-quoted strings ignored)."
@@ -333,7 +368,8 @@ def _next_object(after:str) -> int|None:
     return None
 
 def _surroundings(text:str, s:int, end:int) -> list[str]:
-    "Name what lies around the object at `text[s:end]`: prose before or after it, more objects after it."
+    ("Name what lies around the object at `text[s:end]`: prose before or after it, "
+     "more objects after it.")
     after = text[end:]
     more = _next_object(after)
     prose = text[:s].strip() or after[:more].strip()
@@ -346,7 +382,8 @@ _THINK_END = re.compile(r'</(?:think|thinking|reasoning)>', re.I)
 _HTML_QUOTE = re.compile(r'&(?:quot|#0*34|#x0*22);', re.I)
 _FENCE_MARK = re.compile(r'```[\w+-]*')
 _BRACE = re.compile('[{｛]')
-_END_TAG = re.compile(r'(?:<\s*/?\s*end\s*/?\s*>|<\|(?:end|im_end|eot_id|eom_id|endoftext)\|>|</s>)\Z', re.I)
+_END_TAG = re.compile(r'(?:<\s*/?\s*end\s*/?\s*>|<\|(?:end|im_end|eot_id|eom_id|'
+                      r'endoftext)\|>|</s>)\Z', re.I)
 
 def _first_brace(t:str) -> int:
     m = _BRACE.search(t)
@@ -364,8 +401,10 @@ def _without_end(t:str) -> str:
         t = t[:m.start()]
     return t.rstrip()
 
-def _strip_end_tag(t:str): return (s, '', 'end_tag') if len(s := _without_end(t)) < len(t.rstrip()) else None
-def _unescape_html(t:str): return (html.unescape(t), '', 'html_entities') if _HTML_QUOTE.search(t) else None
+def _strip_end_tag(t:str):
+    return (s, '', 'end_tag') if len(s := _without_end(t)) < len(t.rstrip()) else None
+def _unescape_html(t:str):
+    return (html.unescape(t), '', 'html_entities') if _HTML_QUOTE.search(t) else None
 
 # %% ../nbs/02_parse.ipynb #7a3c9e14
 _OPEN_TAG = re.compile(r'<([A-Za-z_][\w:.-]*)[^<>]*>')
@@ -373,17 +412,20 @@ _CLOSE_TAG = re.compile(r'</([A-Za-z_][\w:.-]*)\s*>')
 
 def _drop_think(t:str):
     m = _THINK_END.search(t)
-    if m and (_THINK_START.match(t) or m.start() < _first_brace(t)): return t[m.end():], '', 'think_block'
+    if m and (_THINK_START.match(t) or m.start() < _first_brace(t)):
+        return t[m.end():], '', 'think_block'
 
 def _around(m:re.Match, t:str, name:str, group:int):
-    "The inside of a fence match, what lay outside it, and the layer's name — if it wraps the object."
+    ("The inside of a fence match, what lay outside it, and the layer's name — if "
+     "it wraps the object.")
     if m and _BRACE.search(m.group(group)) and m.start() <= _first_brace(t):
         return m.group(group), t[:m.start()] + t[m.end():], name
 
 def _unfence(t:str): return _around(_FENCE.search(t), t, 'code_fence', 1)
 
 def _unwrap_xml(t:str):
-    "The inside of the first tag pair that begins before the object, if it holds the object; what lay outside."
+    ("The inside of the first tag pair that begins before the object, if it holds the "
+     "object; what lay outside.")
     first, closes = _first_brace(t), {}
     for c in _CLOSE_TAG.finditer(t): closes.setdefault(c.group(1), []).append(c)
     for o in _OPEN_TAG.finditer(t):
@@ -391,15 +433,19 @@ def _unwrap_xml(t:str):
         cs = closes.get(o.group(1), [])
         if (k := bisect.bisect_left(cs, o.end(), key=lambda c: c.start())) < len(cs):
             inner = t[o.end():cs[k].start()]
-            return (inner, t[:o.start()] + t[cs[k].end():], 'xml_wrapper') if _BRACE.search(inner) else None
+            return ((inner, t[:o.start()] + t[cs[k].end():], 'xml_wrapper') if _BRACE.search(inner)
+                    else None)
 
 # %% ../nbs/02_parse.ipynb #7a3c9e17
 _FIELD_TAG = re.compile(r'<(thought|action_input|action|final_answer|answer)\s*>', re.I)
 _FIELD_KEY = {'final_answer': 'answer'}
 
 def _xml_fields(t:str):
-    "Fields given as tags (`<thought>…</thought><action>{…}</action>`) as one JSON object; what lay outside."
-    fields, outside, i = {}, [], 0
+    ("Fields given as tags (`<thought>…</thought><action>{…}</action>`) as one JSON "
+     "object; what lay outside.")
+    fields = {}
+    outside = []
+    i = 0
     while len(fields) < 5 and (m := _FIELD_TAG.search(t, i)) and (fields or m.start() <= _first_brace(t)):
         name = m.group(1).lower()
         close = re.compile(rf'</{name}\s*>', re.I).search(t, m.end())
@@ -411,15 +457,18 @@ def _xml_fields(t:str):
     return obj, ''.join(outside) + t[i:], 'xml_fields'
 
 def _field_json(key:str, text:str) -> str:
-    "A field's text as JSON: an action written as an object stays JSON for the reader, anything else is a string."
+    ("A field's text as JSON: an action written as an object stays JSON for the reader, "
+     "anything else is a string.")
     inner = m.group(1).strip() if (m := _FENCE.fullmatch(text)) else text
-    return inner if key.startswith('action') and inner[:1] in '{｛[' else json.dumps(text, ensure_ascii=False)
+    return (inner if key.startswith('action') and inner[:1] in '{｛['
+            else json.dumps(text, ensure_ascii=False))
 
 # %% ../nbs/02_parse.ipynb #7a3c9e15
 def _unwrap(text:str) -> tuple[str, list[str]]:
     "Peel off the layers around the object, naming each one and what was outside it."
     repairs = []
-    layers = (_strip_bom, _strip_end_tag, _unescape_html, _drop_think, _xml_fields, _unfence, _unwrap_xml, _unwrap_xml)
+    layers = (_strip_bom, _strip_end_tag, _unescape_html, _drop_think, _xml_fields, _unfence,
+              _unwrap_xml, _unwrap_xml)
     for f in layers:
         if r := f(text):
             text, outside, name = r
@@ -428,7 +477,8 @@ def _unwrap(text:str) -> tuple[str, list[str]]:
 
 # %% ../nbs/02_parse.ipynb #c0c77dc4
 def _read_object(text:str) -> tuple[dict, list[str]]:
-    "The first JSON object in `text` and the repairs it needed; raises `_Unreadable` saying why not."
+    ("The first JSON object in `text` and the repairs it needed; raises "
+     "`_Unreadable` saying why not.")
     starts, first = _starts(text), None
     if not starts: raise _NoObject(_no_object_message(text))
     for s in starts:
@@ -445,8 +495,8 @@ def _read_object(text:str) -> tuple[dict, list[str]]:
 
 def _no_object_message(text:str) -> str:
     if not text.strip(): return "The reply was empty. Reply with one JSON object."
-    return (f"No JSON object found: the reply has no {{...}} in it (it begins {_show(text.strip(), 40)}). "
-            "Put the whole reply inside one JSON object.")
+    return (f"No JSON object found: the reply has no {{...}} in it (it begins "
+            f"{_show(text.strip(), 40)}). Put the whole reply inside one JSON object.")
 
 # %% ../nbs/02_parse.ipynb #c71e9c63
 _NOISE = re.compile(r'[\s{}\[\]:,"\'“”＂‘’＇｛｝［］：，]')
@@ -461,7 +511,8 @@ def _leaves(v) -> list[str]:
     out, todo = [], [v]
     while todo:
         x = todo.pop()
-        if isinstance(x, dict): todo.extend(reversed([y for k, w in x.items() for y in (str(k), w)]))
+        if isinstance(x, dict):
+            todo.extend(reversed([y for k, w in x.items() for y in (str(k), w)]))
         elif isinstance(x, list): todo.extend(reversed(x))
         else: out.append(x if isinstance(x, str) else json.dumps(x))
     return out
@@ -480,7 +531,8 @@ def _nesting(s:str) -> int:
 _REPAIR_CHARS = 20_000  # json_repair is pure Python: it gets only objects up to this size
 
 def _same_content(src:str, v:dict) -> bool:
-    "Whether `v` holds exactly the keys and values written in `src` and nests as `src` does, syntax aside."
+    ("Whether `v` holds exactly the keys and values written in `src` and nests as "
+     "`src` does, syntax aside.")
     text = _PY_WORD.sub(lambda m: json.dumps(_PY_LITERALS[m.group()]), src)
     same_text = _NOISE.sub('', text) == _NOISE.sub('', ''.join(_leaves(v)))
     return same_text and _skeleton(src) == _skeleton(json.dumps(v, ensure_ascii=False))
@@ -490,7 +542,8 @@ def _undouble(text:str) -> str:
     return _BRACES2.sub(lambda m: m.group()[0] if m.group() in ('{{', '}}') else m.group(), text)
 
 def _json_repair_at(text:str, s:int) -> tuple[dict, list[str]]|None:
-    "json_repair's reading of the object at `s`, only if it provably keeps the content and has no stray quote."
+    ("json_repair's reading of the object at `s`, only if it provably keeps the content "
+     "and has no stray quote.")
     end = max(text.rfind('}'), text.rfind('｝')) + 1
     src = text[s:end]
     if len(src) > _REPAIR_CHARS or _nesting(src) > MAX_DEPTH: return None
@@ -498,15 +551,18 @@ def _json_repair_at(text:str, s:int) -> tuple[dict, list[str]]|None:
     except Exception: return None
     if not (isinstance(v, dict) and v and not _too_deep(v) and _same_content(src, v)): return None
     leaves = _leaves(v)
-    if any('"' in x or not _balanced(x) for x in leaves): return None          # a stray quote in a value
-    if '' in leaves and '""' not in src and "''" not in src: return None       # an invented empty value
+    # a stray quote in a value
+    if any('"' in x or not _balanced(x) for x in leaves): return None
+    # an invented empty value
+    if '' in leaves and '""' not in src and "''" not in src: return None
     return v, ['other_syntax'] + _surroundings(text, s, end)
 
 # %% ../nbs/02_parse.ipynb #ab796035
 def parse_json(text:str,            # the model's reply, exactly as received
                schema:dict|None=None # a JSON Schema the object must satisfy
               ) -> ParseResult:
-    "Read the one JSON object in a model's reply: strictly if possible, else by named repairs that keep its meaning."
+    ("Read the one JSON object in a model's reply: strictly if possible, else by named repairs "
+     "that keep its meaning.")
     text = _as_text(text)
     try: res = _parse(text)
     except Exception as e: res = _internal_failure(text, e)
@@ -521,7 +577,8 @@ def _parse(text:str) -> ParseResult:
     if len(text) > MAX_REPLY_CHARS: return _too_long(text)
     try: v = json.loads(text)
     except (ValueError, TypeError, RecursionError): v = None
-    if isinstance(v, dict) and (_shallow(text) or not _too_deep(v)): return ParseResult(value=v, level='strict', raw=text)
+    if isinstance(v, dict) and (_shallow(text) or not _too_deep(v)):
+        return ParseResult(value=v, level='strict', raw=text)
     return _repair(text)
 
 # %% ../nbs/02_parse.ipynb #7a3c9e20
@@ -529,17 +586,22 @@ def _repair(raw:str) -> ParseResult:
     "The repair path: unwrap, find the object, read it forgivingly — or say exactly why not."
     text, repairs = _unwrap(raw)
     try: value, found = _read_object(text)
-    except _Unreadable as e: return ParseResult(raw=raw, repairs=repairs, problem=e.kind, error=str(e))
-    return ParseResult(value=value, level='repaired', repairs=list(dict.fromkeys(repairs + found)), raw=raw)
+    except _Unreadable as e: return ParseResult(raw=raw, repairs=repairs, problem=e.kind,
+                                                error=str(e))
+    return ParseResult(value=value, level='repaired', repairs=list(dict.fromkeys(repairs + found)),
+                       raw=raw)
 
 def _too_long(raw:str) -> ParseResult:
-    return ParseResult(raw=raw, problem='too_long', error=f"The reply was {len(raw):,} characters, more than the "
-                       f"limit of {MAX_REPLY_CHARS:,}. Nothing was run. Answer shorter: one JSON object, "
-                       "a brief thought.")
+    return ParseResult(raw=raw, problem='too_long',
+                       error=f"The reply was {len(raw):,} characters, more than the "
+                       f"limit of {MAX_REPLY_CHARS:,}. Nothing was run. Answer shorter: one JSON "
+                       "object, a brief thought.")
 
 def _internal_failure(raw:str, e:Exception) -> ParseResult:
-    "A failed result for an exception the parser did not expect: the reply is refused, the loop goes on."
-    return ParseResult(raw=raw, problem='invalid', error=f"The reply could not be read ({type(e).__name__} in the "
+    ("A failed result for an exception the parser did not expect: the reply is "
+     "refused, the loop goes on.")
+    return ParseResult(raw=raw, problem='invalid',
+                       error=f"The reply could not be read ({type(e).__name__} in the "
                        "parser). Nothing was run. Reply again with one short JSON object.")
 
 # %% ../nbs/02_parse.ipynb #781f7592
@@ -553,19 +615,22 @@ def _validator(schema_json:str):
     return cls(schema)
 
 def _check(res:ParseResult, schema:dict) -> ParseResult:
-    "Validate `res.value` against `schema`; a mismatch fails, keeping the value and explaining the problem."
+    ("Validate `res.value` against `schema`; a mismatch fails, keeping the value and "
+     "explaining the problem.")
     from jsonschema.exceptions import relevance
-    validator = _validator(json.dumps(schema, sort_keys=True))      # a broken schema raises: the caller's bug
+    # a broken schema raises: the caller's bug
+    validator = _validator(json.dumps(schema, sort_keys=True))
     try: errors = sorted(validator.iter_errors(res.value), key=relevance, reverse=True)
-    except Exception as e: return _internal_failure(res.raw, e)     # e.g. a value too deep for the validator
+    # e.g. a value too deep for the validator
+    except Exception as e: return _internal_failure(res.raw, e)
     if not errors: return res
     msg = ' '.join(map(_explain, errors[:3])) + (f' ({len(errors) - 3} more problems.)' if len(errors) > 3 else '')
     return res.model_copy(update=dict(level='failed', problem='schema',
                                       error='The JSON does not fit the expected format. ' + msg))
 
 # %% ../nbs/02_parse.ipynb #44df29dc
-_JSON_TYPES = {str: 'string', bool: 'boolean', int: 'integer', float: 'number', list: 'array', dict: 'object',
-               type(None): 'null'}
+_JSON_TYPES = {str: 'string', bool: 'boolean', int: 'integer', float: 'number', list: 'array',
+               dict: 'object', type(None): 'null'}
 _REQUIRED = re.compile(r"^'(.*)' is a required property$")
 
 def _field(path) -> str: return '`' + '.'.join(map(str, path)) + '`' if path else 'The object'
@@ -574,26 +639,34 @@ def _missing(e) -> str: return m.group(1) if (m := _REQUIRED.match(e.message)) e
 def _explain(e) -> str:
     "One schema error as a sentence a model can act on."
     kind = _JSON_TYPES.get(type(e.instance), 'value')
-    at, got = _field(e.absolute_path), f"{_short(json.dumps(e.instance, ensure_ascii=False))} (a {kind})"
-    if e.validator == 'required': return f"Missing required field {_field([*e.absolute_path, _missing(e)])}."
+    at = _field(e.absolute_path)
+    got = f"{_short(json.dumps(e.instance, ensure_ascii=False))} (a {kind})"
+    if e.validator == 'required': return ("Missing required field "
+                                          f"{_field([*e.absolute_path, _missing(e)])}.")
     if e.validator == 'type':
-        want = ' or '.join(e.validator_value) if isinstance(e.validator_value, list) else e.validator_value
+        want = (' or '.join(e.validator_value) if isinstance(e.validator_value, list)
+                else e.validator_value)
         return f"{at} should be of type {want}, got {got}."
-    if e.validator == 'enum': return f"{at} must be one of {', '.join(map(json.dumps, e.validator_value))}; got {got}."
+    if e.validator == 'enum': return (f"{at} must be one of "
+                                      f"{', '.join(map(json.dumps, e.validator_value))}; got "
+                                      f"{got}.")
     if e.validator in ('oneOf', 'anyOf') and e.context and all(c.validator == 'required' for c in e.context):
         return f"{at} needs {' or '.join(dict.fromkeys(f'`{_missing(c)}`' for c in e.context))}."
-    if e.validator == 'oneOf': return f"{at} matches more than one of the allowed forms; keep the fields of only one."
+    if e.validator == 'oneOf': return (f"{at} matches more than one of the allowed forms; keep "
+                                       "the fields of only one.")
     return f"{at}: {_short(e.message, 200)}"
 
 # %% ../nbs/02_parse.ipynb #90651bd7
 _NAME_KEYS = ('tool', 'name', 'function', 'tool_name', 'action', 'tool_call')
-_ARGS_KEYS = ('args', 'arguments', 'parameters', 'tool_args', 'action_input', 'input', 'params', 'kwargs')
+_ARGS_KEYS = ('args', 'arguments', 'parameters', 'tool_args', 'action_input', 'input', 'params',
+              'kwargs')
 _BARE_NAME = re.compile(r'[^\W\d][\w.:-]*')
 _EXAMPLE_CALL = '{"tool": "search", "args": {"query": "..."}}'
 
 def parse_call(obj # an action: a dict in any dialect, a JSON string, a call string, or a `ToolCall`
               ) -> tuple[str, dict]:
-    "Normalise an action in any of the forms models produce into `(tool_name, args)`; else raise `ValueError`."
+    ("Normalise an action in any of the forms models produce into `(tool_name, args)`; "
+     "else raise `ValueError`.")
     try: return _parse_call(obj)
     except ValueError: raise
     except Exception as e:
@@ -608,7 +681,8 @@ def _parse_call(obj) -> tuple[str, dict]:
                      f'{_EXAMPLE_CALL} or a call like search(query="...").')
 
 def _shallow_enough(v, what:str):
-    if _too_deep(v): raise ValueError(f"{what} nested more than {MAX_DEPTH} levels deep: flatten it.")
+    if _too_deep(v): raise ValueError(f"{what} nested more than {MAX_DEPTH} "
+                                      "levels deep: flatten it.")
     return v
 
 # %% ../nbs/02_parse.ipynb #7a3c9e21
@@ -616,25 +690,31 @@ def _call_from_dict(d:dict) -> tuple[str, dict]:
     "(name, args) from a dict in any dialect; keys are matched case-insensitively."
     low = {str(k).lower(): v for k, v in d.items()}
     inner = next((low[k] for k in ('function', 'action', 'tool_call') if isinstance(low.get(k), dict)), None)
-    if inner is not None: return _call_from_dict(inner)  # OpenAI {"type": "function", "function": {...}}, a step
+    # OpenAI {"type": "function", "function": {...}}, a step
+    if inner is not None: return _call_from_dict(inner)
     name = next((low[k].strip() for k in _NAME_KEYS if isinstance(low.get(k), str) and low[k].strip()), None)
-    if name is None: raise ValueError(f"No tool name in {_show(json.dumps(d, ensure_ascii=False), 80)}: "
+    if name is None: raise ValueError("No tool name in "
+                                      f"{_show(json.dumps(d, ensure_ascii=False), 80)}: "
                                       f'give it as "tool", e.g. {_EXAMPLE_CALL}.')
     args = next((low[k] for k in _ARGS_KEYS if k in low), None)
-    if args is None and not _BARE_NAME.fullmatch(name): return _call_from_text(name)  # "action": "search(query='x')"
-    return name, _args(args, name, checked=True)  # every caller gives a value whose nesting was checked
+    # "action": "search(query='x')"
+    if args is None and not _BARE_NAME.fullmatch(name): return _call_from_text(name)
+    # every caller gives a value whose nesting was checked
+    return name, _args(args, name, checked=True)
 
 # %% ../nbs/02_parse.ipynb #7a3c9e28
 def _args(raw, name:str, checked:bool=False) -> dict: # checked: `raw` is inside a value whose nesting was checked
     "Arguments as a dict, from a dict, a JSON string, a list of positionals or a single value."
     if raw is None or (isinstance(raw, str) and not raw.strip()): return {}
-    if not checked and isinstance(raw, (dict, list, tuple)): _shallow_enough(raw, f"The arguments of {name} are")
+    if not checked and isinstance(raw, (dict, list, tuple)):
+        _shallow_enough(raw, f"The arguments of {name} are")
     if isinstance(raw, dict): return dict(raw)
     if isinstance(raw, (list, tuple)): return {f'_{i}': v for i, v in enumerate(raw)}
     if isinstance(raw, str) and raw.strip()[:1] in '{｛[':
         r = parse_json(raw.strip())
         if r.ok: return r.value
-        if raw.strip().startswith('[') and isinstance(got := _loads(raw), list): return _args(got, name)
+        if raw.strip().startswith('[') and isinstance(got := _loads(raw), list):
+            return _args(got, name)
         raise ValueError(f"The arguments of {name} are not valid JSON: {r.error}")
     return {'_0': raw}
 
@@ -653,15 +733,18 @@ def _call_from_text(s:str) -> tuple[str, dict]:
         return _call_from_dict(r.value)
     if _BARE_NAME.fullmatch(s): return s, {}
     node = _call_node(s)
-    if any(k.arg is None for k in node.keywords): raise ValueError(f"{_show(s, 80)} uses **kwargs: name each argument.")
+    if any(k.arg is None for k in node.keywords):
+        raise ValueError(f"{_show(s, 80)} uses **kwargs: name each argument.")
     args = {f'_{i}': _literal(a) for i, a in enumerate(node.args)}
     return ast.unparse(node.func), {**args, **{k.arg: _literal(k.value) for k in node.keywords}}
 
 def _call_node(s:str) -> ast.Call:
     "The call `s` as a Python syntax tree, parsed only if it is short and shallow enough."
-    if len(s) > MAX_REPLY_CHARS: raise ValueError(f"The action is {len(s):,} characters, more than the limit of "
-                                                  f"{MAX_REPLY_CHARS:,}: write a shorter call.")
-    if _nesting(s) > MAX_DEPTH: raise ValueError(f"The action is nested more than {MAX_DEPTH} levels deep: flatten it.")
+    if len(s) > MAX_REPLY_CHARS: raise ValueError(f"The action is {len(s):,} characters, more than "
+                                                  f"the limit of {MAX_REPLY_CHARS:,}: "
+                                                  "write a shorter call.")
+    if _nesting(s) > MAX_DEPTH: raise ValueError(f"The action is nested more than {MAX_DEPTH} "
+                                                 "levels deep: flatten it.")
     try: node = ast.parse(s, mode='eval').body
     except (SyntaxError, ValueError, RecursionError, MemoryError): node = None
     if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
@@ -675,8 +758,9 @@ def _literal(node:ast.AST) -> Any:
     if isinstance(node, ast.Name) and node.id in _LITERALS: return _LITERALS[node.id]
     try: return ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError):
-        raise ValueError(f"The argument {_short(ast.unparse(node), 80)!r} is not a literal value: put text in quotes "
-                         "and write numbers, lists and objects literally.") from None
+        raise ValueError(f"The argument {_short(ast.unparse(node), 80)!r} is not a literal value: "
+                         "put text in quotes and write numbers, lists "
+                         "and objects literally.") from None
 
 # %% ../nbs/02_parse.ipynb #8ce2eaa7
 _THINK_OPEN = re.compile(r'\s*<(think|thinking|reasoning)\s*>', re.I)
@@ -685,18 +769,21 @@ _THINK_ANY = re.compile(r'<(?:think|thinking|reasoning)\s*>', re.I)
 
 def split_reasoning(text:str # a model's reply
                    ) -> tuple[str|None, str]:
-    "The reasoning of a leading `<think>` block (or before a dangling `</think>`) and the rest of the reply."
+    ("The reasoning of a leading `<think>` block (or before a dangling `</think>`) and "
+     "the rest of the reply.")
     if not isinstance(text, str): return None, text
     if m := _THINK_OPEN.match(text):
         close = _THINK_CLOSE.search(text, m.end())
         if not close: return text[m.end():].strip() or None, ''   # cut off while still thinking
         return text[m.end():close.start()].strip() or None, text[close.end():].lstrip()
     close = _THINK_CLOSE.search(text)
-    if close and _dangling(before := text[:close.start()]): return before.strip() or None, text[close.end():].lstrip()
+    if close and _dangling(before := text[:close.start()]):
+        return before.strip() or None, text[close.end():].lstrip()
     return None, text
 
 def _dangling(before:str) -> bool:
-    "Whether text before a `</think>` is reasoning whose opening tag was stripped (not an answer, no opener)."
+    ("Whether text before a `</think>` is reasoning whose opening tag was stripped (not "
+     "an answer, no opener).")
     return before.lstrip()[:1] not in ('{', '[', '`', '"', '<') and not _THINK_ANY.search(before)
 
 # %% ../nbs/02_parse.ipynb #72623882
@@ -705,7 +792,8 @@ _SEP = re.compile(r'[\s,;]*')
 _CALL_KEYS = {'name', 'arguments', 'parameters', 'id', 'type'}
 
 def _json_seq(s:str) -> list|None:
-    "The JSON values written one after another in `s` (arrays spread), or None if anything else is there."
+    ("The JSON values written one after another in `s` (arrays spread), or None if "
+     "anything else is there.")
     out, i = [], 0
     while (i := _SEP.match(s, i).end()) < len(s):
         try: v, i = _DECODER.raw_decode(s, i)
@@ -717,12 +805,14 @@ def _json_seq(s:str) -> list|None:
 def _repaired_one(s:str) -> list|None:
     "The single object `s` holds, read by `parse_json` if it needed no more than syntax repairs."
     r = parse_json(s)
-    return [r.value] if r.ok and not {'surrounding_prose', 'multiple_objects'} & set(r.repairs) else None
+    return ([r.value] if r.ok and not {'surrounding_prose', 'multiple_objects'} & set(r.repairs)
+            else None)
 
 # %% ../nbs/02_parse.ipynb #7a3c9e29
 def _tool_call(v, bare:bool=False) -> ToolCall|None:
     "A `ToolCall` from one call object, or None; a `bare` one must have nothing but a call's keys."
-    if isinstance(v, dict) and isinstance(v.get('function'), dict): v = {**v['function'], 'id': v.get('id')}
+    if isinstance(v, dict) and isinstance(v.get('function'), dict):
+        v = {**v['function'], 'id': v.get('id')}
     name = v.get('name') if isinstance(v, dict) else None
     if not (isinstance(name, str) and _BARE_NAME.fullmatch(name)): return None
     if bare and not (set(v) <= _CALL_KEYS and {'arguments', 'parameters'} & set(v)): return None
@@ -745,7 +835,8 @@ def _hermes(s:str) -> list|None:
     return vals
 
 def _mistral(s:str) -> list|None:
-    "The calls after each `[TOOL_CALLS]`: a JSON array or object, or a name followed by its JSON arguments."
+    ("The calls after each `[TOOL_CALLS]`: a JSON array or object, or a name followed "
+     "by its JSON arguments.")
     vals = []
     for part in s.split('[TOOL_CALLS]')[1:]:
         if m := _MISTRAL_NAME.match(part):
@@ -775,7 +866,8 @@ def _bare(s:str) -> list|None:
     return _json_seq(s) if s[:1] in '{[' else None
 
 _FENCE_ONLY = re.compile(r'^```[\w+-]*[ \t]*\n(.*)\n```$', re.S)
-_FORMS = [('hermes_tool_call', _HERMES_OPEN.search, _hermes),                      # (name, found in text?, reader)
+# (name, found in text?, reader)
+_FORMS = [('hermes_tool_call', _HERMES_OPEN.search, _hermes),
           ('mistral_tool_calls', re.compile(r'\[TOOL_CALLS\]').search, _mistral),
           ('llama_python_tag', re.compile(r'<\|python_tag\|>').search, _llama),
           ('bare_json_call', lambda s: True, _bare)]
@@ -783,7 +875,8 @@ _FORMS = [('hermes_tool_call', _HERMES_OPEN.search, _hermes),                   
 # %% ../nbs/02_parse.ipynb #0125475b
 def extract_tool_calls(text:str # a model's reply content
                       ) -> tuple[list[ToolCall], list[str]] | None:
-    "The tool calls written in a reply's content and the name of their form, or None if it holds none."
+    ("The tool calls written in a reply's content and the name of their form, or "
+     "None if it holds none.")
     try: return _extract_calls(text)
     except Exception: return None   # a hostile reply is no tool call
 
@@ -805,7 +898,8 @@ def correction_message(result:ParseResult, # a failed parse
     return (f"Your last reply could not be used. {result.error}\n\n"
             f"What you sent: {_excerpt(result.raw, max_excerpt)}\n\n"
             f"Expected format: {expected}\n\n"
-            "Reply again with exactly one JSON object and nothing else: no code fence, no text before or after it.")
+            "Reply again with exactly one JSON object and nothing else: no code fence, no "
+            "text before or after it.")
 
 def _excerpt(raw:str, n:int) -> str:
     "The reply quoted back, blanks squeezed: all of it if short, else its beginning and its end."

@@ -24,7 +24,8 @@ __all__ = ['KEY_PARAM', 'MAX_WORKERS', 'json_schema', 'deref', 'schema_label', '
 # %% ../nbs/03_tools.ipynb #6ad28347
 _PLAIN = {str: 'string', int: 'integer', float: 'number', bool: 'boolean', dict: 'object',
           list: 'array', tuple: 'array', set: 'array'}
-_ARRAYS = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Set)
+_ARRAYS = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable,
+           collections.abc.Set)
 _ANY = (inspect.Parameter.empty, Any, object)
 
 def _literal_type(vals) -> dict:
@@ -40,13 +41,15 @@ def _schema_of(hint) -> dict:
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
         return _schema_of(rest[0]) if len(rest) == 1 else {'anyOf': [_schema_of(a) for a in rest]}
-    if origin in _ARRAYS: return {'type': 'array', **({'items': _schema_of(args[0])} if args else {})}
+    if origin in _ARRAYS: return {'type': 'array',
+                                  **({'items': _schema_of(args[0])} if args else {})}
     if origin in (dict, collections.abc.Mapping): return {'type': 'object'}
     try: return TypeAdapter(hint).json_schema()
     except Exception: return {}
 
 def _hoist(s:dict) -> dict:
-    "`s` with the `$defs` of the pydantic schemas inside it moved to its top, where their `$ref`s point."
+    ("`s` with the `$defs` of the pydantic schemas inside it moved to its top, where "
+     "their `$ref`s point.")
     defs = {}
     def walk(x):
         if isinstance(x, dict):
@@ -58,14 +61,16 @@ def _hoist(s:dict) -> dict:
     return {**s, '$defs': defs} if defs else s
 
 def json_schema(hint) -> dict:
-    "A JSON Schema for a Python type hint, kept as plain as a model reads best; models' `$defs` at its top."
+    ("A JSON Schema for a Python type hint, kept as plain as a model reads best; "
+     "models' `$defs` at its top.")
     return _hoist(_schema_of(hint))
 
 # %% ../nbs/03_tools.ipynb #47267599
 _HOPS = 16  # `$ref`s followed in a row at most; a longer chain counts as any value
 
 def _pointer(root, ref:str) -> dict|None:
-    "The schema a local `$ref` names in `root` (`#`, `#/$defs/Name`, `#/definitions/Name`...), or None."
+    ("The schema a local `$ref` names in `root` (`#`, `#/$defs/Name`, "
+     "`#/definitions/Name`...), or None.")
     if ref == '#': return root if isinstance(root, dict) else None
     if not ref.startswith('#/') or len(ref) > 500: return None
     node = root
@@ -76,7 +81,8 @@ def _pointer(root, ref:str) -> dict|None:
 
 def deref(s, # a schema, maybe `{"$ref": "#/$defs/Name", "description": ...}`
           root) -> dict: # the document its `$ref`s point into
-    "`s` with its `$ref` followed within `root` (its own keys kept over the target's); `{}` where none leads."
+    ("`s` with its `$ref` followed within `root` (its own keys kept over the target's); "
+     "`{}` where none leads.")
     seen = set()
     while isinstance(s, dict) and '$ref' in s:
         ref, own = s['$ref'], {k: v for k, v in s.items() if k != '$ref'}
@@ -99,7 +105,8 @@ def _props_label(s:dict, root, left:list, stack:tuple) -> str:
     return '{' + ', '.join(parts) + '}'
 
 def _describe(s, root, left:list, stack:tuple) -> str:
-    "`schema_label`, within a budget `left` of schemas to describe and the `$ref`s being spelled out (`stack`)."
+    ("`schema_label`, within a budget `left` of schemas to describe and the `$ref`s being "
+     "spelled out (`stack`).")
     left[0] -= 1
     if left[0] < 0: return '…'
     ref = s.get('$ref') if isinstance(s, dict) else None
@@ -110,9 +117,11 @@ def _describe(s, root, left:list, stack:tuple) -> str:
     if isinstance(s.get('enum'), list):
         return 'one of ' + ', '.join(repr(v)[:60] for v in s['enum'][:_FEW]) + (', …' if len(s['enum']) > _FEW else '')
     alts = s.get('anyOf') or s.get('oneOf')
-    if isinstance(alts, list): return ' or '.join(_describe(x, root, left, stack) for x in alts[:_FEW])
+    if isinstance(alts, list): return ' or '.join(_describe(x, root, left, stack)
+                                                  for x in alts[:_FEW])
     t = s.get('type')
-    if isinstance(t, list): return ' or '.join(_describe({**s, 'type': x}, root, left, stack) for x in t if x != 'null') or 'null'
+    if isinstance(t, list): return ' or '.join(_describe({**s, 'type': x}, root, left, stack)
+                                               for x in t if x != 'null') or 'null'
     if t == 'array' and 'items' in s: return f"array of {_describe(s['items'], root, left, stack)}"
     if t in ('object', None) and isinstance(s.get('properties'), dict) and s['properties'] and left[0] > 0:
         return ' '.join(filter(None, ['object', name, _props_label(s, root, left, stack)]))
@@ -120,12 +129,14 @@ def _describe(s, root, left:list, stack:tuple) -> str:
 
 def schema_label(s:dict, # a JSON Schema
                  root:dict|None=None) -> str: # the document its `$ref`s point into; default: `s`
-    "A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\", 'object {name: string, age?: integer}'."
+    ("A short name for a schema: 'integer', 'array of string', \"one of 'a', 'b'\", 'object {name: "
+     "string, age?: integer}'.")
     if not isinstance(s, dict): return 'any value'
     return _describe(s, s if root is None else root, [_LABEL_NODES], ())
 
 # %% ../nbs/03_tools.ipynb #56ffdab1
-_LAX = ConfigDict(coerce_numbers_to_str=True)  # a model that sends 12345 for a string id meant '12345'
+# a model that sends 12345 for a string id meant '12345'
+_LAX = ConfigDict(coerce_numbers_to_str=True)
 
 def _validator(hint) -> TypeAdapter|None:
     if hint in _ANY: return None
@@ -142,7 +153,8 @@ class _Param:
     default: Any
     doc: str|None = None
     given: dict|None = None  # the parameter's own JSON Schema, for a tool defined by one
-    root: dict|None = None  # the document the schema's `$ref`s point into; default: the schema itself
+    # the document the schema's `$ref`s point into; default: the schema itself
+    root: dict|None = None
     def __post_init__(self):
         self.required = self.default is inspect.Parameter.empty
         base = json_schema(self.hint) if self.given is None else self.given
@@ -153,7 +165,8 @@ class _Param:
 # %% ../nbs/03_tools.ipynb #d39e5f44
 def _hints(fn) -> dict:
     try: return get_type_hints(fn)
-    except Exception: return {k: v for k, v in getattr(fn, '__annotations__', {}).items() if not isinstance(v, str)}
+    except Exception:
+        return {k: v for k, v in getattr(fn, '__annotations__', {}).items() if not isinstance(v, str)}
 
 def _docs(fn) -> dict:
     try: return {k: v for k, v in docments(fn).items() if v}
@@ -161,21 +174,25 @@ def _docs(fn) -> dict:
 
 def _params(fn) -> tuple[list[_Param], bool]:
     "The keyword-callable parameters of `fn`, and whether it also takes `**kwargs`."
-    sig, hints, docs = inspect.signature(fn), _hints(fn), _docs(fn)
+    sig = inspect.signature(fn)
+    hints = _hints(fn)
+    docs = _docs(fn)
     ps = list(sig.parameters.values())
     if any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in ps):
-        raise ValueError(f"{fn!r} has positional-only parameters; a tool is called with keyword arguments, "
-                         "so wrap it in a function with named ones.")
+        raise ValueError(f"{fn!r} has positional-only parameters; a tool is called with keyword "
+                         "arguments, so wrap it in a function with named ones.")
     named = [p for p in ps if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     hint = lambda p: hints.get(p.name, Any if isinstance(p.annotation, str) else p.annotation)
     params = [_Param(p.name, hint(p), p.default, docs.get(p.name)) for p in named]
     return params, any(p.kind is p.VAR_KEYWORD for p in ps)
 
 # %% ../nbs/03_tools.ipynb #d3de22d3
-_JSON_HINTS = {'string': str, 'integer': int, 'number': int|float, 'boolean': bool, 'object': dict, 'null': type(None)}
+_JSON_HINTS = {'string': str, 'integer': int, 'number': int|float, 'boolean': bool, 'object': dict,
+               'null': type(None)}
 
 def _hint_of(s, root=None, left:list|None=None) -> Any:
-    "A Python type for a JSON Schema, close enough to coerce what a model sends; `Any` where unsure."
+    ("A Python type for a JSON Schema, close enough to coerce what a model "
+     "sends; `Any` where unsure.")
     left = [_LABEL_NODES] if left is None else left  # schemas looked at, at most
     left[0] -= 1
     if left[0] < 0: return Any
@@ -185,29 +202,36 @@ def _hint_of(s, root=None, left:list|None=None) -> Any:
         except TypeError: return Any  # unhashable values
     alts = s.get('anyOf') or s.get('oneOf') or s.get('type')
     if isinstance(alts, list):
-        hints = [_hint_of(a if isinstance(a, dict) else {**s, 'type': a}, root, left) for a in alts[:_FEW]]
+        hints = [_hint_of(a if isinstance(a, dict) else {**s, 'type': a}, root, left)
+                 for a in alts[:_FEW]]
         return Any if not hints or Any in hints else Union[tuple(hints)]
-    if alts == 'array': return list[_hint_of(s['items'], root, left)] if isinstance(s.get('items'), dict) else list
+    if alts == 'array':
+        return list[_hint_of(s['items'], root, left)] if isinstance(s.get('items'), dict) else list
     return _JSON_HINTS.get(alts, Any) if isinstance(alts, str) else Any
 
 # %% ../nbs/03_tools.ipynb #63a7836d
-_MAX_DEPTH = 64  # levels of objects and arrays a given schema may nest; far more than any real one needs
+# levels of objects and arrays a given schema may nest; far more than any real one needs
+_MAX_DEPTH = 64
 _MAX_PARTS = 100_000  # objects, arrays and values it may hold
 
 def _check_size(schema, tool_name:str):
-    "A ValueError if `schema` nests deeper than `_MAX_DEPTH` or holds more than `_MAX_PARTS` parts: one pass, no recursion."
+    ("A ValueError if `schema` nests deeper than `_MAX_DEPTH` or holds more than `_MAX_PARTS` "
+     "parts: one pass, no recursion.")
     todo, parts = [(schema, 1)], 0
     while todo:
         v, depth = todo.pop()
         parts += 1
-        if parts > _MAX_PARTS: raise ValueError(f"Tool {tool_name!r}: its schema has more than {_MAX_PARTS:,} parts.")
+        if parts > _MAX_PARTS: raise ValueError(f"Tool {tool_name!r}: its schema has more than "
+                                                f"{_MAX_PARTS:,} parts.")
         if not isinstance(v, (dict, list)): continue
-        if depth > _MAX_DEPTH: raise ValueError(f"Tool {tool_name!r}: its schema nests more than {_MAX_DEPTH} levels deep.")
+        if depth > _MAX_DEPTH: raise ValueError(f"Tool {tool_name!r}: its schema nests more than "
+                                                f"{_MAX_DEPTH} levels deep.")
         todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
 
 # %% ../nbs/03_tools.ipynb #52e0c1e3
 def _schema_param(name:str, s, need:set, root:dict) -> _Param:
-    "One parameter from its schema: required if listed so, else its default (None when it has none)."
+    ("One parameter from its schema: required if listed so, else its default "
+     "(None when it has none).")
     s = deref(s, root)
     doc = s['description'] if isinstance(s.get('description'), str) else None
     given = {k: v for k, v in s.items() if k not in ('description', 'title')}
@@ -218,8 +242,8 @@ def _schema_params(schema:dict, tool_name:str) -> tuple[list[_Param], bool]:
     "The parameters a JSON Schema of an object lists, and whether it takes other keys too."
     if not isinstance(schema, dict) or schema.get('type', 'object') != 'object' or not isinstance(
         schema.get('properties', {}), dict): raise ValueError(
-            f"Tool {tool_name!r}: parameters must be a JSON Schema of type 'object' with 'properties', "
-            f"got {repr(schema)[:200]}.")
+            f"Tool {tool_name!r}: parameters must be a JSON Schema of type 'object' with "
+            f"'properties', got {repr(schema)[:200]}.")
     _check_size(schema, tool_name)
     need = set(schema.get('required') or [])
     params = [_schema_param(str(n), s, need, schema) for n, s in (schema.get('properties') or {}).items()]
@@ -237,7 +261,8 @@ def _aliases(params:list[_Param], extra:dict|None, tool_name:str) -> dict[str, s
     names = {p.name for p in params}
     bad = set(extra or {}) - names
     if bad: raise ValueError(
-        f"Tool {tool_name!r}: synonyms given for {sorted(bad)}, which are not its parameters ({sorted(names)}).")
+        f"Tool {tool_name!r}: synonyms given for {sorted(bad)}, which are not its "
+        f"parameters ({sorted(names)}).")
     table = {}
     for canon, alts in [*PARAM_SYNONYMS.items(), *(extra or {}).items()]:
         if canon in names: table.update({norm_name(a): canon for a in alts if a not in names})
@@ -245,7 +270,8 @@ def _aliases(params:list[_Param], extra:dict|None, tool_name:str) -> dict[str, s
 
 # %% ../nbs/03_tools.ipynb #9841555c
 _NAME_RE = re.compile(r'^[A-Za-z0-9_-]{1,64}$')  # what OpenAI-style function calling accepts
-_PLACEHOLDER = {'string': '…', 'integer': 1, 'number': 1.0, 'boolean': True, 'array': ['…'], 'object': {}}
+_PLACEHOLDER = {'string': '…', 'integer': 1, 'number': 1.0, 'boolean': True, 'array': ['…'],
+                'object': {}}
 
 def _first_line(doc:str|None) -> str: return (doc or '').strip().split('\n')[0].strip()
 
@@ -253,20 +279,23 @@ def _own_schema(params:list[_Param]) -> dict:
     "The tool's schema, the `$defs` of its parameters' models at the top where their `$ref`s point."
     props = {p.name: {k: v for k, v in p.schema.items() if k != '$defs'} for p in params}
     defs = {k: v for p in params for k, v in (p.schema.get('$defs') or {}).items()}
-    return {'type': 'object', 'properties': props, 'required': [p.name for p in params if p.required],
-            **({'$defs': defs} if defs else {})}
+    return {'type': 'object', 'properties': props,
+            'required': [p.name for p in params if p.required], **({'$defs': defs} if defs else {})}
 
 def _given_schema(s:dict) -> dict:
-    "A given schema as function calling takes it: an object with properties, without `$schema` (some APIs refuse it)."
+    ("A given schema as function calling takes it: an object with properties, without `$schema` "
+     "(some APIs refuse it).")
     return {'type': 'object', 'properties': {}} | {k: v for k, v in s.items() if k != '$schema'}
 
 def _example_of(s, root, left:list):
-    "A value of schema `s` for an example call: the first enum value, a placeholder, an object's required keys."
+    ("A value of schema `s` for an example call: the first enum value, a placeholder, an "
+     "object's required keys.")
     left[0] -= 1
     if left[0] < 0: return '…'
     s = deref(s, root)
     alts = s.get('anyOf') or s.get('oneOf')
-    if isinstance(alts, list) and alts: s = deref(next((a for a in alts if a != {'type': 'null'}), alts[0]), root)
+    if isinstance(alts, list) and alts:
+        s = deref(next((a for a in alts if a != {'type': 'null'}), alts[0]), root)
     t = s.get('type')
     t = next((x for x in t if x != 'null'), None) if isinstance(t, list) else t
     if isinstance(s.get('enum'), list) and s['enum']: return s['enum'][0]
@@ -281,21 +310,25 @@ def _example_value(p:_Param):
 
 # %% ../nbs/03_tools.ipynb #2dca5043
 def _check_name(name:str) -> str:
-    if not _NAME_RE.match(name): raise ValueError(f"{name!r} is not a usable tool name: use letters, digits, _ or - "
-                                                  "(at most 64), e.g. tool(fn, name='lookup').")
+    if not _NAME_RE.match(name): raise ValueError(f"{name!r} is not a usable tool name: use "
+                                                  "letters, digits, _ or - (at most 64), e.g. "
+                                                  "tool(fn, name='lookup').")
     return name
 
 def _check_aliases(name:str, aliases) -> list[str]:
     "The tool's other names, each one a usable tool name."
     bad = [a for a in aliases or [] if not isinstance(a, str) or not _NAME_RE.match(a)]
-    if bad: raise ValueError(f"Tool {name!r}: aliases {bad} are not usable tool names; use letters, digits, _ or -.")
+    if bad: raise ValueError(f"Tool {name!r}: aliases {bad} are not usable tool names; use "
+                             "letters, digits, _ or -.")
     return list(dict.fromkeys(aliases or []))
 
 # %% ../nbs/03_tools.ipynb #d43ee2d5
-KEY_PARAM = 'idempotency_key'  # a parameter the registry fills with a key per call; the model never sees or sets it
+# a parameter the registry fills with a key per call; the model never sees or sets it
+KEY_PARAM = 'idempotency_key'
 
 class Tool:
-    "A function the model may call, with its JSON Schema derived from its signature (or given: see `from_schema`)."
+    ("A function the model may call, with its JSON Schema derived from its signature (or "
+     "given: see `from_schema`).")
     def __init__(self, fn:Callable, # a typed function with a docstring; `async def` is fine
                  name:str|None=None, # defaults to the function's name
                  description:str|None=None, # defaults to the docstring's first line
@@ -308,26 +341,33 @@ class Tool:
                  source:str|None=None, # where the tool lives, e.g. "MCP server 'time'"; shown in the prompt
                  side_effects:bool|None=None): # it changes the world (blocks a device): never run twice;
                                                # None: True when it takes an `idempotency_key`
-        self.fn, self.timeout, self.max_chars, self.source = fn, timeout, max_chars, source
+        self.fn = fn
+        self.timeout = timeout
+        self.max_chars = max_chars
+        self.source = source
         self.name = _check_name(name or getattr(fn, '__name__', ''))
         self.aliases = _check_aliases(self.name, aliases)
         self.description = description or _first_line(inspect.getdoc(fn))
         if not self.description: raise ValueError(
-            f"Tool {self.name!r} has no docstring: add one line saying what it does and when to use it; "
-            "the model reads it.")
+            f"Tool {self.name!r} has no docstring: add one line saying what it does and when to "
+            "use it; the model reads it.")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.params, self.takes_kwargs = _params(fn) if parameters is None else _schema_params(parameters, self.name)
         self.takes_key = any(p.name == KEY_PARAM for p in self.params) and parameters is None
-        self.params = [p for p in self.params if not (self.takes_key and p.name == KEY_PARAM)]  # the registry's
+        # the registry's
+        self.params = [p for p in self.params if not (self.takes_key and p.name == KEY_PARAM)]
         self.side_effects = self.takes_key if side_effects is None else bool(side_effects)
-        self._names, self._aliases = {p.name for p in self.params}, _aliases(self.params, synonyms, self.name)
-        self.parameters = _own_schema(self.params) if parameters is None else _given_schema(parameters)
+        self._names = {p.name for p in self.params}
+        self._aliases = _aliases(self.params, synonyms, self.name)
+        self.parameters = (_own_schema(self.params) if parameters is None
+                           else _given_schema(parameters))
         self.examples = list(examples or []) or [self._generated_example()]
 
 # %% ../nbs/03_tools.ipynb #27ca0ae5
 @patch
 def _generated_example(self:Tool) -> str:
-    args = [f'{p.name}={_example_value(p)!r}' for p in self.params if p.required or p.default is not None]
+    args = [f'{p.name}={_example_value(p)!r}'
+            for p in self.params if p.required or p.default is not None]
     return f"{self.name}({', '.join(args)})"
 
 @patch(as_prop=True)
@@ -346,13 +386,16 @@ def __repr__(self:Tool): return f"Tool({self.example}: {self.description})"
 
 # %% ../nbs/03_tools.ipynb #178a355b
 def tool(fn:Callable|str|None=None, *, # the function (when used bare as `@tool`), or a name
-         name:str|None=None, description:str|None=None, timeout:float|None=None, max_chars:int|None=None,
-         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None, aliases:list[str]|None=None,
-         side_effects:bool|None=None):
-    "Mark `fn` as an agent tool (see `Tool` for the options); usable as `@tool` or `@tool(timeout=5)`."
+         name:str|None=None, description:str|None=None, timeout:float|None=None,
+         max_chars:int|None=None,
+         examples:list[str]|None=None, synonyms:dict[str, list[str]]|None=None,
+         aliases:list[str]|None=None, side_effects:bool|None=None):
+    ("Mark `fn` as an agent tool (see `Tool` for the options); usable as `@tool` "
+     "or `@tool(timeout=5)`.")
     if isinstance(fn, str): fn, name = None, fn
     def mark(f):
-        f.tool = Tool(f, name=name, description=description, timeout=timeout, max_chars=max_chars, examples=examples,
+        f.tool = Tool(f, name=name, description=description, timeout=timeout, max_chars=max_chars,
+                      examples=examples,
                       synonyms=synonyms, aliases=aliases, side_effects=side_effects)
         return f
     return mark(fn) if fn is not None else mark
@@ -362,10 +405,12 @@ def as_tool(obj) -> Tool:
     if isinstance(obj, Tool): return obj
     if isinstance(getattr(obj, 'tool', None), Tool): return obj.tool
     if callable(obj): return Tool(obj)
-    raise TypeError(f"Cannot make a tool from {obj!r}: pass a typed function with a docstring, or a Tool.")
+    raise TypeError(f"Cannot make a tool from {obj!r}: pass a typed function with a "
+                    "docstring, or a Tool.")
 
 # %% ../nbs/03_tools.ipynb #a61a0673
-_QUOTE_MAX = 200  # characters of a model's value quoted in a message; also of a name compared for "did you mean"
+# characters of a model's value quoted in a message; also of a name compared for "did you mean"
+_QUOTE_MAX = 200
 
 def short_repr(v, # what the model sent
                n:int=_QUOTE_MAX) -> str: # most characters to quote
@@ -383,7 +428,8 @@ def suggest_name(name:str, # the name the model used
                  cutoff:float=60) -> str|None: # lowest score (0-100) that still counts as a match
     "The real name `name` most likely meant, or None."
     by_norm = {norm_name(c): c for c in choices}
-    n = norm_name(str(name)[:_QUOTE_MAX])  # fuzzy matching is slow on long strings; a real name is short
+    # fuzzy matching is slow on long strings; a real name is short
+    n = norm_name(str(name)[:_QUOTE_MAX])
     if n in by_norm: return by_norm[n]
     hit = process.extractOne(n, list(by_norm), scorer=_name_score, score_cutoff=cutoff)
     return by_norm[hit[0]] if hit else None
@@ -402,24 +448,30 @@ def _alternative(v, alts:list, root, at:str, left:list, depth:int) -> str|None:
     errs = [_mismatch(v, a, root, at, left, depth + 1) for a in alts[:_FEW]]
     if not all(errs): return None
     near = [e for a, e in zip(alts, errs) if not e.startswith(f"'{at}' expects")]
-    return near[0] if near else f"'{at}' expects {schema_label({'anyOf': alts}, root)}, got {short_repr(v)}"
+    return near[0] if near else (f"'{at}' expects "
+                                 f"{schema_label({'anyOf': alts}, root)}, got {short_repr(v)}")
 
 # %% ../nbs/03_tools.ipynb #6941092e
 def _object_mismatch(v:dict, s:dict, root, at:str, left:list, depth:int) -> str|None:
     props = s.get('properties') if isinstance(s.get('properties'), dict) else {}
     need = s.get('required') if isinstance(s.get('required'), list) else []
     for k in need[:100]:
-        if isinstance(k, str) and k not in v: return f"'{at}' is missing {k!r} ({schema_label(props.get(k), root)})"
+        if isinstance(k, str) and k not in v:
+            return f"'{at}' is missing {k!r} ({schema_label(props.get(k), root)})"
     extra = s.get('additionalProperties')
     for k, x in v.items():
         if k in props: e = _mismatch(x, props[k], root, f"{at}.{k}", left, depth + 1)
-        elif extra is False: e = f"'{at}' has no key {short_repr(k)}; it takes {', '.join(map(repr, list(props)[:_FEW]))}"
-        else: e = _mismatch(x, extra, root, f"{at}.{k}", left, depth + 1) if isinstance(extra, dict) else None
+        elif extra is False: e = (f"'{at}' has no key {short_repr(k)}; it takes "
+                                  f"{', '.join(map(repr, list(props)[:_FEW]))}")
+        else:
+            e = (_mismatch(x, extra, root, f"{at}.{k}", left, depth + 1) if isinstance(extra, dict)
+                 else None)
         if e: return e
     return None
 
 def _mismatch(v, s, root, at:str, left:list|None=None, depth:int=0) -> str|None:
-    "What is wrong with value `v` for schema `s`, naming where (`'person.home.city'`), or None if nothing is."
+    ("What is wrong with value `v` for schema `s`, naming where (`'person.home.city'`), "
+     "or None if nothing is.")
     left = [_CHECK_NODES] if left is None else left
     left[0] -= 1
     if left[0] < 0 or depth > 32: return None
@@ -454,11 +506,14 @@ def _typed(p:_Param, v, loose:bool) -> tuple[Any, str|None]:
     try: return (p.validator.validate_python(_loosen(v, p.schema)) if loose
                  else p.validator.validate_python(v, strict=True)), None
     except ValidationError:
-        near = _mismatch(v, p.schema, p.root, p.name) if isinstance(v, (dict, list)) else None  # where inside
-        return v, near or f"'{p.name}' expects {schema_label(p.schema, p.root)}, got {short_repr(v)}"
+        # where inside
+        near = _mismatch(v, p.schema, p.root, p.name) if isinstance(v, (dict, list)) else None
+        return v, near or (f"'{p.name}' expects "
+                           f"{schema_label(p.schema, p.root)}, got {short_repr(v)}")
 
 def _coerce(p:_Param, v, loose:bool=True) -> tuple[Any, str|None]: # loose=False: `v` must have the type already
-    "`v` as `p`'s type, or `v` with a sentence saying what was wrong; a given schema's insides are checked too."
+    ("`v` as `p`'s type, or `v` with a sentence saying what was wrong; a given schema's "
+     "insides are checked too.")
     if v is None and p.default is None: return v, None
     out, err = _typed(p, v, loose)
     if err is None and p.given is not None: err = _mismatch(out, p.schema, p.root, p.name)
@@ -476,7 +531,8 @@ def _target(self:Tool, key:str) -> str|None:
 
 @patch
 def _unknown_param(self:Tool, key:str, suggest:bool=True) -> str: # suggest: say which parameter it may have meant
-    if _POSITIONAL.match(key): return f"too many positional arguments ({self.name} takes {len(self.params)})"
+    if _POSITIONAL.match(key): return (f"too many positional arguments ({self.name} "
+                                       f"takes {len(self.params)})")
     near = suggest_name(key, self._names) if suggest else None
     return f"unknown parameter {short_repr(key)}" + (f" (did you mean {near!r}?)" if near else '')
 
@@ -490,13 +546,16 @@ def _rename(self:Tool, args:dict, loose:bool=True, # loose=False: only the param
     for k, v in args.items():
         if k in self._names: continue
         if self.takes_key and norm_name(str(k)[:_QUOTE_MAX]) == KEY_PARAM:
-            problems.append(f"{short_repr(k)} is set by the registry, not by the caller; leave it out"); continue
+            problems.append(f"{short_repr(k)} is set by the registry, not by the "
+                            "caller; leave it out")
+            continue
         target = self._target(k) if loose else None
         if target is None:
             if self.takes_kwargs: kw[k] = v
             else: problems.append(self._unknown_param(k, suggest))
         elif target in kw:
-            problems.append(f"{short_repr(k)} is another name for {target!r}, which was already given; pass it once")
+            problems.append(f"{short_repr(k)} is another name for {target!r}, which was "
+                            "already given; pass it once")
         else:
             kw[target] = v
             if not _POSITIONAL.match(k): notes.append(f"{target!r} for {short_repr(k)}")
@@ -514,7 +573,8 @@ def prepare_args(self:Tool, args:dict,
             kw[p.name], err = _coerce(p, kw[p.name], coerce)
             if err: problems.append(err)
         elif p.required:
-            problems.append(f"missing required parameter {p.name!r} ({schema_label(p.schema, p.root)}{': ' + p.doc if p.doc else ''})")
+            problems.append(f"missing required parameter {p.name!r} "
+                            f"({schema_label(p.schema, p.root)}{': ' + p.doc if p.doc else ''})")
     return kw, notes, problems
 
 # %% ../nbs/03_tools.ipynb #dab0b07d
@@ -531,33 +591,42 @@ def render_output(x) -> str:
     return (md[0] if isinstance(md, tuple) else md) if md is not None else str(x)
 
 def truncate(text:str, max_chars:int|None) -> tuple[str, bool]:
-    "`text` cut to `max_chars` (None or 0: no limit), with a marker saying how much was cut; and whether it was."
+    ("`text` cut to `max_chars` (None or 0: no limit), with a marker saying how much was "
+     "cut; and whether it was.")
     if not max_chars or len(text) <= max_chars: return text, False
     cut = len(text) - max_chars
-    note = f"\n…[truncated: {cut} of {len(text)} characters cut; ask for less, e.g. a smaller limit or a narrower query]"
+    note = (f"\n…[truncated: {cut} of {len(text)} characters cut; ask for less, e.g. a smaller "
+            "limit or a narrower query]")
     return text[:max_chars] + note, True
 
 # %% ../nbs/03_tools.ipynb #ad722c80
-MAX_WORKERS = 32  # most threads running sync tools; a call finding all of them busy waits, within its timeout
+# most threads running sync tools; a call finding all of them busy waits, within its timeout
+MAX_WORKERS = 32
 
 class _Workers:
     "Daemon threads that run sync tools: at most `max_threads`, each retiring after a minute idle."
     def __init__(self, max_threads:int=MAX_WORKERS):
-        self.max_threads, self._jobs, self._lock = max_threads, queue.SimpleQueue(), threading.Lock()
-        self.threads = self._idle = 0  # threads alive; those waiting for a job that no job has claimed yet
+        self.max_threads = max_threads
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        # threads alive; those waiting for a job that no job has claimed yet
+        self.threads = self._idle = 0
 
     def _put(self, job:Callable):
-        "Queue `job` (called with no arguments), claiming a waiting thread or starting one, up to the cap."
+        ("Queue `job` (called with no arguments), claiming a waiting thread or "
+         "starting one, up to the cap.")
         grow = False
         with self._lock:
             claimed = self._idle > 0  # a waiting thread will take it
             if claimed: self._idle -= 1
             elif self.threads < self.max_threads: self.threads, grow = self.threads + 1, True
         self._jobs.put((job, claimed))
-        if grow: threading.Thread(target=self._work, name='reach_nb.tools worker', daemon=True).start()
+        if grow: threading.Thread(target=self._work, name='reach_nb.tools worker',
+                                  daemon=True).start()
 
     def submit(self, fn:Callable, /, *args, **kwargs) -> Future:
-        "`fn(*args, **kwargs)` in a worker, as a `Future`; when every thread is busy it waits: cancel it to drop it."
+        ("`fn(*args, **kwargs)` in a worker, as a `Future`; when every thread is busy it waits: "
+         "cancel it to drop it.")
         fut = Future()
         self._put(functools.partial(_fill, fut, contextvars.copy_context(), fn, args, kwargs))
         return fut
@@ -576,10 +645,14 @@ def _next(self:_Workers):
         try: job = self._jobs.get(timeout=60)
         except queue.Empty:
             with self._lock:
-                if self._idle > 0: self._idle, self.threads = self._idle - 1, self.threads - 1; return None
+                if self._idle > 0:
+                    self._idle -= 1
+                    self.threads -= 1
+                    return None
             continue  # a job has claimed a waiting thread: it is on its way
         if not job[-1]:
-            with self._lock: self._idle -= 1  # a job nobody claimed (all threads were busy): this one is busy now
+            # a job nobody claimed (all threads were busy): this one is busy now
+            with self._lock: self._idle -= 1
         return job[0]
 
 @patch
@@ -594,11 +667,16 @@ _workers = _Workers()
 _new_lock = _thread.allocate_lock
 
 class _Call:
-    "One sync call handed to a worker: run once, or dropped unstarted; `outcome` is set before `done` is released."
+    ("One sync call handed to a worker: run once, or dropped unstarted; `outcome` is set "
+     "before `done` is released.")
     __slots__ = ('ctx', 'fn', 'kw', 'claim', 'done', 'outcome')
     def __init__(self, fn:Callable, kw:dict):
-        self.ctx, self.fn, self.kw = contextvars.copy_context(), fn, kw
-        self.claim, self.done, self.outcome = _new_lock(), _new_lock(), None
+        self.ctx = contextvars.copy_context()
+        self.fn = fn
+        self.kw = kw
+        self.claim = _new_lock()
+        self.done = _new_lock()
+        self.outcome = None
         self.done.acquire()
 
     def __call__(self):
@@ -615,7 +693,8 @@ class _Call:
 
 @patch
 def call(self:_Workers, fn:Callable, kw:dict) -> _Call:
-    "`fn(**kw)` in a worker, for a caller that waits on `done`; when every thread is busy it waits in the queue."
+    ("`fn(**kw)` in a worker, for a caller that waits on `done`; when every thread is busy "
+     "it waits in the queue.")
     c = _Call(fn, kw)
     self._put(c)
     return c
@@ -631,11 +710,13 @@ class LoopThread:
 _loop_thread, _loop_lock = None, threading.Lock()
 
 def run_sync(coro):
-    "Run a coroutine to completion from sync code, whether or not this thread has a running event loop."
+    ("Run a coroutine to completion from sync code, whether or not this thread has "
+     "a running event loop.")
     global _loop_thread
     with _loop_lock:
         if _loop_thread is None or not _loop_thread.thread.is_alive(): _loop_thread = LoopThread()
-    if threading.current_thread() is _loop_thread.thread:  # code already on that loop: blocking it would deadlock
+    # code already on that loop: blocking it would deadlock
+    if threading.current_thread() is _loop_thread.thread:
         with ThreadPoolExecutor(1) as ex: return ex.submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, _loop_thread.loop).result()
 
@@ -671,7 +752,8 @@ async def _run_async(t:Tool, kw:dict, timeout:float|None) -> tuple:
 
 # %% ../nbs/03_tools.ipynb #1542d802
 class ToolRegistry:
-    "The tools an agent may call: their schemas, their prompt text, and calls that never raise for model mistakes."
+    ("The tools an agent may call: their schemas, their prompt text, and calls that never "
+     "raise for model mistakes.")
     def __init__(self, tools:Iterable|None=None, # functions, `@tool` functions or `Tool`s
                  timeout:float|None=30.0, # default seconds per call; None or 0 for no limit
                  max_chars:int|None=4000, # default cap on an observation's length; None or 0 for no cap
@@ -679,10 +761,13 @@ class ToolRegistry:
                  suggestions:bool=True, # "did you mean" for an unknown tool or parameter name
                  coercion:bool=True): # take parameter synonyms, case variants, positions, values of a near type
         self.tools: dict[str, Tool] = {}
-        self.timeout, self.max_chars, self.max_parallel = timeout, max_chars, max_parallel
+        self.timeout = timeout
+        self.max_chars = max_chars
+        self.max_parallel = max_parallel
         self.suggestions, self.coercion = bool(suggestions), bool(coercion)
         self._schemas, self._by_alias = None, {}
-        self.version = 0  # goes up at each change of the tools, so a prompt built from them can tell it is stale
+        # goes up at each change of the tools, so a prompt built from them can tell it is stale
+        self.version = 0
         if tools: self.update(tools, replace=False)
 
     def add(self, fn_or_tool, replace:bool=False) -> Tool:
@@ -705,7 +790,8 @@ def _alias_table(tools:dict[str, Tool]) -> dict[str, str]:
             k = norm_name(a)
             if names.get(k, t.name) != t.name or table.get(k, t.name) != t.name:
                 other = names.get(k) or table[k]
-                raise ValueError(f"Tool {t.name!r}: alias {a!r} is also the name or an alias of {other!r}.")
+                raise ValueError(f"Tool {t.name!r}: alias {a!r} is also the name or "
+                                 f"an alias of {other!r}.")
             table[k] = t.name
     return table
 
@@ -716,37 +802,46 @@ def __getitem__(self:ToolRegistry, name:str) -> Tool:
 
 @patch
 def resolve(self:ToolRegistry, name) -> Tool|None:
-    "The tool called `name`, or the one with `name` among its aliases (compared as `norm_name` spells them); else None."
+    ("The tool called `name`, or the one with `name` among its aliases (compared as `norm_name` "
+     "spells them); else None.")
     if not isinstance(name, str): return None
     return self.tools.get(name) or self.tools.get(self._by_alias.get(norm_name(name[:_QUOTE_MAX]), ''))
 
 # %% ../nbs/03_tools.ipynb #77fc70b6
 def _check_free(tools:dict[str, Tool], new:list[Tool]):
-    "A ValueError if a tool in `new` takes a name already registered (or given twice) by another tool."
+    ("A ValueError if a tool in `new` takes a name already registered (or given "
+     "twice) by another tool.")
     seen = {}
     for t in new:
         other = seen.get(t.name, tools.get(t.name))
         if other is not None and other is not t: raise ValueError(
-            f"A tool named {t.name!r} is already registered; rename one with tool(name=...) or pass replace=True.")
+            f"A tool named {t.name!r} is already registered; rename one with tool(name=...) "
+            "or pass replace=True.")
         seen[t.name] = t
 
 @patch
 def update(self:ToolRegistry, add:Iterable=(), # functions, `@tool` functions or `Tool`s to register
            remove:Iterable[str]=(), # registered names to take out (names not registered are ignored)
            replace:bool=True) -> list[Tool]: # False: a name already taken is a ValueError, as in `add`
-    "Add and remove many tools as one change: the indexes are rebuilt once, so n tools cost O(n), not O(n²)."
+    ("Add and remove many tools as one change: the indexes are rebuilt once, so n tools "
+     "cost O(n), not O(n²).")
     new, gone = [as_tool(x) for x in add], set(remove)
     if not replace: _check_free(self.tools, new)
     tools = {n: t for n, t in self.tools.items() if n not in gone} | {t.name: t for t in new}
     self._by_alias = _alias_table(tools)  # checks that no alias names two tools
-    self.tools, self._schemas, self.version = tools, None, self.version + 1
+    self.tools = tools
+    self._schemas = None
+    self.version = self.version + 1
     return new
 
 @patch
 def clone(self:ToolRegistry) -> ToolRegistry:
-    "A registry with the same tools and settings: adding to or taking from it leaves this one as it is."
+    ("A registry with the same tools and settings: adding to or taking from it "
+     "leaves this one as it is.")
     reg = copy.copy(self)
-    reg.tools, reg._by_alias, reg._schemas = dict(self.tools), dict(self._by_alias), None
+    reg.tools = dict(self.tools)
+    reg._by_alias = dict(self._by_alias)
+    reg._schemas = None
     return reg
 
 # %% ../nbs/03_tools.ipynb #033951d1
@@ -759,10 +854,12 @@ def suggest(self:ToolRegistry, name:str) -> str|None:
 
 @patch
 def unknown_text(self:ToolRegistry, name:str, near:str|None=None) -> str:
-    "What a model is told when it calls a tool that is not registered: the name, the likeliest meant, the tools."
+    ("What a model is told when it calls a tool that is not registered: the name, the "
+     "likeliest meant, the tools.")
     near = (near or self.suggest(name)) if self.suggestions else None
     hint = f" Did you mean {near!r}? If so, call it again by that exact name." if near else ''
-    return f"Unknown tool {short_repr(name)}.{hint} Available tools: {', '.join(self.names) or 'none'}."
+    return (f"Unknown tool {short_repr(name)}.{hint} Available tools: "
+            f"{', '.join(self.names) or 'none'}.")
 
 @patch
 def schemas(self:ToolRegistry) -> list[dict]:
@@ -781,13 +878,15 @@ def remove(self:ToolRegistry, name:str) -> Tool:
 
 # %% ../nbs/03_tools.ipynb #43cfd7f8
 def _param_line(p:_Param) -> str:
-    need = 'required' if p.required else 'optional' + (f', default {p.default!r}' if p.default is not None else '')
+    need = ('required' if p.required
+            else 'optional' + (f', default {p.default!r}' if p.default is not None else ''))
     return f"- {p.name} ({schema_label(p.schema, p.root)}, {need})" + (f": {p.doc}" if p.doc else '')
 
 def _prompt_block(t:Tool) -> str:
     also = [f"Also answers to: {', '.join(t.aliases)}."] if t.aliases else []
     src = [f"From {t.source}."] if t.source else []
-    lines = [f"## {t.name}", t.description, *src, *also, 'Parameters:' if t.params else 'Parameters: none']
+    lines = [f"## {t.name}", t.description, *src, *also,
+             'Parameters:' if t.params else 'Parameters: none']
     return '\n'.join(lines + [_param_line(p) for p in t.params] + [f"Example: {t.example}"])
 
 def _cell(s) -> str: return str(s).replace('|', '\\|').replace('\n', ' ')
@@ -802,9 +901,11 @@ def _repr_markdown_(self:ToolRegistry) -> str:
     rows = ['| tool | what it does | parameters | example |', '|---|---|---|---|']
     for t in self:
         opt = lambda p: '' if p.required else ' (optional)' if p.default is None else f" = `{p.default!r}`"
-        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema, p.root))}{opt(p)}" for p in t.params)
+        ps = '<br>'.join(f"`{p.name}`: {_cell(schema_label(p.schema, p.root))}{opt(p)}"
+                         for p in t.params)
         also = (f" (also {', '.join(t.aliases)})" if t.aliases else '') + (f" from {t.source}" if t.source else '')
-        rows.append(f"| `{t.name}`{also} | {_cell(t.description)} | {ps or '—'} | `{_cell(t.example)}` |")
+        rows.append(f"| `{t.name}`{also} | {_cell(t.description)} | {ps or '—'} | "
+                    f"`{_cell(t.example)}` |")
     return '\n'.join(rows)
 
 # %% ../nbs/03_tools.ipynb #50727e33
@@ -812,29 +913,34 @@ def _args_dict(args, loose:bool=True) -> dict: # loose=False: only an object wil
     "The model's arguments as a dict: JSON text is parsed, a list or a bare value is positional."
     if args is None: return {}
     if not loose and not isinstance(args, dict):
-        raise ValueError(f"the arguments must be a JSON object, not {type(args).__name__} {short_repr(args)}")
+        raise ValueError("the arguments must be a JSON object, not "
+                         f"{type(args).__name__} {short_repr(args)}")
     if isinstance(args, str):
         try: args = json.loads(args) if args.strip() else {}
         except ValueError:
-            raise ValueError(f"the arguments are not valid JSON: {short_repr(args)}; send a JSON object") from None
+            raise ValueError("the arguments are not valid JSON: "
+                             f"{short_repr(args)}; send a JSON object") from None
     if isinstance(args, dict): return args
     if isinstance(args, (list, tuple)): return {f'_{i}': v for i, v in enumerate(args)}
     return {'_0': args}
 
 def _unpack(name, args, call_id) -> tuple:
-    if isinstance(name, ToolCall): return name.tool, name.args if args is None else args, call_id or name.id
+    if isinstance(name, ToolCall):
+        return name.tool, name.args if args is None else args, call_id or name.id
     return name, args, call_id
 
-def _fail(tool:str, kind:str, content:str, call_id, args, max_chars:int|None=None, **kw) -> Observation:
+def _fail(tool:str, kind:str, content:str, call_id, args, max_chars:int|None=None,
+          **kw) -> Observation:
     "An error observation, its content cut to `max_chars` like any other."
     content, cut = truncate(content, max_chars)
-    return Observation(tool=tool, content=content, ok=False, error=kind, call_id=call_id, truncated=cut,
-                       args=args if isinstance(args, dict) else {}, **kw)
+    return Observation(tool=tool, content=content, ok=False, error=kind, call_id=call_id,
+                       truncated=cut, args=args if isinstance(args, dict) else {}, **kw)
 
 # %% ../nbs/03_tools.ipynb #a4fc5df0
 @patch
 def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
-    "The tool, its checked arguments and the renamings made, or the error observation the model should see instead."
+    ("The tool, its checked arguments and the renamings made, or the error observation the "
+     "model should see instead.")
     t = self.resolve(name)
     if t is None:
         near, shown = self.suggest(str(name)) if self.suggestions else None, str(name)[:_QUOTE_MAX]
@@ -842,25 +948,31 @@ def _prepare(self:ToolRegistry, name:str, args, call_id) -> Observation|tuple:
         return _fail(shown, 'unknown_tool', text, call_id, args, self.max_chars, suggestion=near)
     cap, bad = self._limits(t)[1], f"Bad arguments for {t.name}: "
     try: args = _args_dict(args, self.coercion)
-    except ValueError as e: return _fail(t.name, 'bad_args', f"{bad}{e}. Example: {t.example}", call_id, args, cap)
+    except ValueError as e: return _fail(t.name, 'bad_args', f"{bad}{e}. Example: {t.example}",
+                                         call_id, args, cap)
     kw, notes, problems = t.prepare_args(args, self.coercion, self.suggestions)
     if problems:
-        return _fail(t.name, 'bad_args', f"{bad}{'; '.join(problems)}. Correct form, e.g.: {t.example}", call_id, args, cap)
+        return _fail(t.name, 'bad_args',
+                     f"{bad}{'; '.join(problems)}. Correct form, e.g.: {t.example}", call_id, args,
+                     cap)
     return t, kw, ([f"tool {t.name!r} for {short_repr(name)}"] if name != t.name else []) + notes
 
 # %% ../nbs/03_tools.ipynb #e19e7107
 class ToolError(Exception):
-    "Raised by a tool to fail with a message of its own: the error observation is exactly that message."
+    ("Raised by a tool to fail with a message of its own: the error observation is "
+     "exactly that message.")
 
 # %% ../nbs/03_tools.ipynb #3de6fa0d
 def _label(t:Tool) -> str: return f"Tool {t.name!r}" + (f" (from {t.source})" if t.source else '')
 
 def _error_text(t:Tool, kind:str, val) -> str:
     if kind == 'timeout': return (f"{_label(t)} did not finish within {val:g}s and was abandoned "
-                                  "(it may still be running). Try a smaller request or another tool.")
-    if kind == 'busy': return (f"{_label(t)} could not start within {val:g}s: all {_workers.max_threads} worker "
-                               "threads are held by earlier calls that timed out and are still running. "
-                               "Try again later or another tool.")
+                                  "(it may still be running). Try a smaller "
+                                  "request or another tool.")
+    if kind == 'busy': return (f"{_label(t)} could not start within {val:g}s: all "
+                               f"{_workers.max_threads} worker threads are held by earlier calls "
+                               "that timed out and are still running. Try again "
+                               "later or another tool.")
     if isinstance(val, ToolError) and str(val): return str(val)
     return f"{_label(t)} raised {type(val).__name__}" + (f": {val}" if str(val) else '') + '.'
 
@@ -869,16 +981,20 @@ def _limits(self:ToolRegistry, t:Tool) -> tuple:
     return (self.timeout if t.timeout is None else t.timeout), (self.max_chars if t.max_chars is None else t.max_chars)
 
 # %% ../nbs/03_tools.ipynb #a9f30774
-_HAS_SOURCE = 'source' in Observation.model_fields  # where core's Observation records the tool's source
+# where core's Observation records the tool's source
+_HAS_SOURCE = 'source' in Observation.model_fields
 
 @patch
-def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call_id, t0:float) -> Observation:
-    "Turn an outcome into the observation the model sees, cut to the size cap whether it is a result or an error."
+def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call_id,
+             t0:float) -> Observation:
+    ("Turn an outcome into the observation the model sees, cut to the size cap whether it is "
+     "a result or an error.")
     (kind, val), cap = outcome, self._limits(t)[1]
     if kind == 'ok':
         content, cut = truncate(render_output(val), cap)
         obs = Observation(tool=t.name, content=content, truncated=cut, call_id=call_id, args=kw)
-    else: obs = _fail(t.name, 'timeout' if kind == 'busy' else kind, _error_text(t, kind, val), call_id, kw, cap)
+    else: obs = _fail(t.name, 'timeout' if kind == 'busy' else kind, _error_text(t, kind, val),
+                      call_id, kw, cap)
     if notes: obs.content += f"\n(note: used {', '.join(notes)})"
     if _HAS_SOURCE and t.source: obs.source = t.source
     obs.duration = perf_counter() - t0
@@ -887,7 +1003,8 @@ def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call
 # %% ../nbs/03_tools.ipynb #82edccf8
 @patch
 def _start(self:ToolRegistry, name, args, call_id) -> tuple:
-    "Unpack and check a call: its start time, its id, and the tool with its arguments or the error observation."
+    ("Unpack and check a call: its start time, its id, and the tool with its arguments or "
+     "the error observation.")
     t0 = perf_counter()
     name, args, call_id = _unpack(name, args, call_id)
     prep = self._prepare(name, args, call_id)
@@ -895,7 +1012,8 @@ def _start(self:ToolRegistry, name, args, call_id) -> tuple:
     return t0, call_id, prep
 
 def _keyed(t:Tool, kw:dict, key:str|None) -> dict:
-    "The arguments a tool is run with: for one that takes an `idempotency_key`, `key` or a fresh one added."
+    ("The arguments a tool is run with: for one that takes an `idempotency_key`, `key` "
+     "or a fresh one added.")
     if not t.takes_key: return kw
     return kw | {KEY_PARAM: uuid.uuid4().hex if key is None else key}
 
@@ -904,7 +1022,8 @@ def call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCa
          args:dict|str|list|None=None, # the model's arguments; a JSON string is fine
          call_id:str|None=None, # the model's call id, kept on the observation
          key:str|None=None) -> Observation: # idempotency key for a tool that takes one; None: a fresh one
-    "Call a tool from sync code (also inside a running event loop); model mistakes come back as observations."
+    ("Call a tool from sync code (also inside a running event loop); model mistakes come "
+     "back as observations.")
     t0, call_id, prep = self._start(name, args, call_id)
     if isinstance(prep, Observation): return prep
     t, kw, notes = prep
@@ -917,7 +1036,8 @@ def call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCa
 @patch
 async def acall(self:ToolRegistry, name:str|ToolCall, args:dict|str|list|None=None,
                 call_id:str|None=None, key:str|None=None) -> Observation:
-    "Call a tool from async code, on the running loop; sync tools run in a worker thread so the loop stays free."
+    ("Call a tool from async code, on the running loop; sync tools run in a worker thread so "
+     "the loop stays free.")
     t0, call_id, prep = self._start(name, args, call_id)
     if isinstance(prep, Observation): return prep
     t, kw, notes = prep
@@ -931,15 +1051,18 @@ _SCALARS = (str, int, float, bool, type(None))
 def canonical_call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCall`
                    args:dict|str|list|None=None # the model's arguments, as `call` takes them
                   ) -> tuple[str, dict]|None:
-    "The tool name and JSON-valued arguments (defaults filled in) that a call resolves to; None if it does not."
+    ("The tool name and JSON-valued arguments (defaults filled in) that a call resolves to; "
+     "None if it does not.")
     name, args, _ = _unpack(name, args, None)
     t = self.resolve(name)
     if t is None: return None
-    try: kw, _, problems = t.prepare_args(_args_dict(args, self.coercion), self.coercion, self.suggestions)
+    try: kw, _, problems = t.prepare_args(_args_dict(args, self.coercion), self.coercion,
+                                          self.suggestions)
     except ValueError: return None
     if problems: return None
     full = {p.name: kw.get(p.name, p.default) for p in t.params} | kw
-    if all(type(v) in _SCALARS for v in full.values()): return t.name, full  # already JSON values: no round trip
+    # already JSON values: no round trip
+    if all(type(v) in _SCALARS for v in full.values()): return t.name, full
     return t.name, json.loads(pydantic_core.to_json(full, fallback=str))
 
 # %% ../nbs/03_tools.ipynb #4bd6ef28
@@ -947,11 +1070,13 @@ def _calls_keys(calls:Iterable, keys:list|None) -> tuple[list[ToolCall], list]:
     "The calls as `ToolCall`s, and one idempotency key (or None) for each."
     calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in calls]
     keys = [None] * len(calls) if keys is None else list(keys)
-    if len(keys) != len(calls): raise ValueError(f"{len(keys)} keys for {len(calls)} calls: give one per call, or none")
+    if len(keys) != len(calls): raise ValueError(f"{len(keys)} keys for {len(calls)} calls: give "
+                                                 "one per call, or none")
     return calls, keys
 
 def _key_kw(key) -> dict:
-    "`key=` for a call only when there is a key, so a registry whose `call` predates keys still works."
+    ("`key=` for a call only when there is a key, so a registry whose `call` "
+     "predates keys still works.")
     return {} if key is None else {'key': key}
 
 @patch
@@ -967,9 +1092,11 @@ async def acall_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
 @patch
 def call_many(self:ToolRegistry, calls:Iterable[ToolCall|dict],
               keys:list|None=None) -> list[Observation]: # one idempotency key (or None) per call
-    "Run several calls concurrently from sync code (also inside a running event loop); one call skips the loop."
+    ("Run several calls concurrently from sync code (also inside a running event loop); one "
+     "call skips the loop.")
     calls, keys = _calls_keys(calls, keys)
-    return [self.call(calls[0], **_key_kw(keys[0]))] if len(calls) == 1 else run_sync(self.acall_many(calls, keys))
+    return ([self.call(calls[0], **_key_kw(keys[0]))] if len(calls) == 1
+            else run_sync(self.acall_many(calls, keys)))
 
 # %% ../nbs/03_tools.ipynb #c725ac92
 @patch(cls_method=True)
@@ -978,5 +1105,7 @@ def from_schema(cls:Tool, name:str, # the name the model calls it by
                 parameters:dict|None, # JSON Schema of an object: properties, required, types, enums, defaults
                 call:Callable, # run as `call(**arguments)` with the checked arguments; `async def` is fine
                 **kw) -> Tool: # more `Tool` options: timeout, max_chars, examples, synonyms, aliases, source
-    "A tool whose parameters come from a JSON Schema (an MCP server's, an OpenAPI operation's), not a signature."
-    return cls(call, name=name, description=description, parameters=parameters or {'type': 'object'}, **kw)
+    ("A tool whose parameters come from a JSON Schema (an MCP server's, an OpenAPI "
+     "operation's), not a signature.")
+    return cls(call, name=name, description=description,
+               parameters=parameters or {'type': 'object'}, **kw)

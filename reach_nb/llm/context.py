@@ -21,7 +21,8 @@ __all__ = ['POLICIES', 'ContextPolicy', 'Full', 'Window', 'clip', 'extractive_su
 def _step_messages(steps:list[Step]) -> list[dict]: return [m for s in steps for m in s.messages]
 
 class ContextPolicy:
-    "How the prompt of the next model call is built from the head (system prompt, question) and the run's steps."
+    ("How the prompt of the next model call is built from the head (system prompt, question) "
+     "and the run's steps.")
     name = 'policy'
     uses_summaries = False  # whether the steps need `Step.summary` made when they end
     def build(self, head:list[dict], steps:list[Step], tail:list[dict]|None=None) -> list[dict]:
@@ -29,7 +30,8 @@ class ContextPolicy:
     def spec(self) -> dict:
         "The policy as JSON data, stored in the trace so that any prompt can be rebuilt."
         return {'name': self.name, **asdict(self)}
-    def __repr__(self): return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in asdict(self).items())})"
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in asdict(self).items())})"
 
 @dataclass(repr=False)
 class Full(ContextPolicy):
@@ -69,7 +71,8 @@ def _call_text(step:Step, n:int=60) -> str:
 _ECHO = re.compile(r'(?:\[\d+\]\s*)?[A-Za-z_][\w.]*\(.*\)\s*:?')
 
 def _fresh_lines(text:str, seen:set[str], n:int=2) -> list[str]:
-    "The first `n` lines of `text` that say something new: not blank, not in `seen`, not just a call repeated."
+    ("The first `n` lines of `text` that say something new: not blank, not in `seen`, not "
+     "just a call repeated.")
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     return [l for l in lines if l not in seen and not _ECHO.fullmatch(l)][:n] or lines[:1]
 
@@ -77,17 +80,20 @@ def _fresh_lines(text:str, seen:set[str], n:int=2) -> list[str]:
 def extractive_summary(step:Step, # the finished step
                        earlier:list[Step]=(), # the steps before it, whose repeated lines are skipped
                        limit:int=200) -> str: # characters at most
-    "A one-line account of a step from its own parts: what it called and what came back (or its answer)."
+    ("A one-line account of a step from its own parts: what it called and what came "
+     "back (or its answer).")
     if step.answer is not None: return clip(f"answered: {step.answer}", limit)
     if not step.actions: return clip('reply not usable; the model was asked again', limit)
     seen = {l.strip() for s in earlier for o in s.observations for l in o.content.splitlines()}
-    outs = [(' '.join(_fresh_lines(o.content, seen)) if o.ok else f"failed ({o.error}): {o.content}")
+    outs = [(' '.join(_fresh_lines(o.content, seen)) if o.ok
+             else f"failed ({o.error}): {o.content}")
             for o in step.observations]
     return clip(f"{_call_text(step)} → {' | '.join(outs) or 'no result'}", limit)
 
 # %% ../../nbs/11_context.ipynb #1cacd6d7
-_SUMMARY_PROMPT = ("Summarise this agent step in one line of at most {limit} characters: what was called and the "
-                   "facts the result gave (keep numbers, ids and names). Reply with the line only.")
+_SUMMARY_PROMPT = ("Summarise this agent step in one line of at most {limit} characters: what was "
+                   "called and the facts the result gave (keep numbers, ids and names). "
+                   "Reply with the line only.")
 
 class ModelSummariser:
     "Summaries of steps written by a chat model (any backend), clipped to `limit` characters."
@@ -102,10 +108,13 @@ class ModelSummariser:
 
 # %% ../../nbs/11_context.ipynb #2fe92fd7
 def step_summary(steps:list[Step], i:int, limit:int=200) -> str:
-    "The summary of `steps[i]` in a prompt: the next step's conclusion if it drew one, else the kept summary."
+    ("The summary of `steps[i]` in a prompt: the next step's conclusion if it drew one, "
+     "else the kept summary.")
     s, nxt = steps[i], steps[i + 1] if i + 1 < len(steps) else None
-    if nxt is not None and nxt.conclusion and s.actions: return clip(f"{_call_text(s)} → {nxt.conclusion}", limit)
-    return clip(s.summary if s.summary is not None else extractive_summary(s, steps[:i], limit), limit)
+    if nxt is not None and nxt.conclusion and s.actions:
+        return clip(f"{_call_text(s)} → {nxt.conclusion}", limit)
+    return clip(s.summary if s.summary is not None else extractive_summary(s, steps[:i], limit),
+                limit)
 
 # %% ../../nbs/11_context.ipynb #a46a8b97
 def _status(s:Step) -> str:
@@ -115,7 +124,8 @@ def _status(s:Step) -> str:
     return 'failed: ' + ', '.join(bad) if bad else 'ok'
 
 def status_table(steps:list[Step]) -> str:
-    "One row per run of steps with the same tools and status: which steps, their tools (names) and how they went."
+    ("One row per run of steps with the same tools and status: which steps, their tools "
+     "(names) and how they went.")
     rows = []
     for s in steps:
         key = (', '.join(a.tool for a in s.actions) or '—', _status(s))
@@ -141,7 +151,8 @@ def newest_fitting(items:list, # oldest first
 def _line_tokens(text:str) -> int: return count_tokens(text) + 1
 
 def _summaries(steps:list[Step], old:int, limit:int, budget:int) -> tuple[list[str], int]:
-    "Summary lines of the first `old` steps in `budget` tokens: all of them, cut shorter if need be; else the newest."
+    ("Summary lines of the first `old` steps in `budget` tokens: all of them, cut shorter if need "
+     "be; else the newest.")
     for lim in dict.fromkeys((limit, min(limit, 100), min(limit, 60))):
         lines = [f"- step {steps[i].index}: {step_summary(steps, i, lim)}" for i in range(old)]
         if sum(map(_line_tokens, lines)) <= budget: return lines, 0
@@ -149,7 +160,8 @@ def _summaries(steps:list[Step], old:int, limit:int, budget:int) -> tuple[list[s
     return kept, old - len(kept)
 
 def _progress(steps:list[Step], old:int, limit:int, budget:int) -> str:
-    "The pinned block: the status table of every step, then what fits of the summaries of the first `old` steps."
+    ("The pinned block: the status table of every step, then what fits of the summaries of "
+     "the first `old` steps.")
     if not steps: return ''
     lines, gone = _summaries(steps, old, limit, budget)
     head = f"({gone} older summar{'ies' if gone != 1 else 'y'} left out.)\n" if gone else ''
@@ -161,27 +173,33 @@ def _progress(steps:list[Step], old:int, limit:int, budget:int) -> str:
 def _text_tokens(text:str) -> int: return count_tokens(text)
 
 def prompt_tokens(messages:list[dict]) -> int:
-    "The prompt tokens of `messages`, counted as `count_message_tokens` counts them, each text counted once."
-    return 3 + sum(3 + _text_tokens(m.get('role', '') + m.get('name', '') + message_text(m)) for m in messages)
+    ("The prompt tokens of `messages`, counted as `count_message_tokens` counts them, "
+     "each text counted once.")
+    return 3 + sum(3 + _text_tokens(m.get('role', '') + m.get('name', '') + message_text(m))
+                   for m in messages)
 
 # %% ../../nbs/11_context.ipynb #5d484159
 @dataclass(repr=False)
 class Layered(ContextPolicy):
-    "Task and step table pinned, the last `k` steps verbatim, older steps as summaries, all within a token budget."
+    ("Task and step table pinned, the last `k` steps verbatim, older steps as summaries, all "
+     "within a token budget.")
     k: int = 2
     budget: int = 5000 # tokens per prompt at most (unless the last `k` steps alone are larger)
     limit: int = 200 # characters per summary
-    summaries: int = 2000 # tokens for the summaries: past it they are cut shorter, then the oldest left out
+    # tokens for the summaries: past it they are cut shorter, then the oldest left out
+    summaries: int = 2000
     name = 'layered'
     uses_summaries = True
     def compose(self, head, steps, tail, limit:int, budget:int) -> list[dict]:
         old = max(len(steps) - self.k, 0)
-        return [*_noted(head, _progress(steps, old, limit, budget)), *_step_messages(steps[old:]), *(tail or [])]
+        return [*_noted(head, _progress(steps, old, limit, budget)), *_step_messages(steps[old:]),
+                *(tail or [])]
 
 # %% ../../nbs/11_context.ipynb #7c349644
 @patch
 def build(self:Layered, head, steps, tail=None):
-    "The prompt: summaries cut shorter (200, 100, 50 characters), then fewer of them, until it fits the budget."
+    ("The prompt: summaries cut shorter (200, 100, 50 characters), then fewer of them, "
+     "until it fits the budget.")
     for limit in dict.fromkeys((self.limit, min(self.limit, 100), min(self.limit, 50))):
         for share in (1, 0.5, 0.25, 0):
             msgs = self.compose(head, steps, tail, limit, int(self.summaries * share))
@@ -192,7 +210,8 @@ def build(self:Layered, head, steps, tail=None):
 POLICIES = {'full': Full, 'window': Window, 'layered': Layered}
 
 def get_policy(spec:str|dict|ContextPolicy|None=None) -> ContextPolicy:
-    "A context policy from a name ('window:6' sets k), a stored spec dict, or a policy (returned as is)."
+    ("A context policy from a name ('window:6' sets k), a stored spec dict, or a "
+     "policy (returned as is).")
     if isinstance(spec, ContextPolicy): return spec
     if spec is None: return Full()
     if isinstance(spec, dict):
@@ -201,8 +220,10 @@ def get_policy(spec:str|dict|ContextPolicy|None=None) -> ContextPolicy:
         name, _, k = str(spec).partition(':')
         d = {'k': int(k)} if k.strip().isdigit() else {}
         if k and not d:
-            raise ValueError(f"Bad context policy {spec!r}: after ':' give a number of steps, e.g. 'window:4'.")
-    if name not in POLICIES: raise ValueError(f"Unknown context policy {name!r}; choose one of {', '.join(POLICIES)}.")
+            raise ValueError(f"Bad context policy {spec!r}: after ':' give a number of "
+                             "steps, e.g. 'window:4'.")
+    if name not in POLICIES: raise ValueError(f"Unknown context policy {name!r}; choose one of "
+                                              f"{', '.join(POLICIES)}.")
     return POLICIES[name](**d)
 
 # %% ../../nbs/11_context.ipynb #8012db08
@@ -220,9 +241,11 @@ def prompt_for(head:list[dict], policy:ContextPolicy, steps:list[Step], step:Ste
 
 # %% ../../nbs/11_context.ipynb #b9fb1c64
 def run_prompt(run:Run, index:int) -> list[dict]:
-    "The exact messages sent for step `index` of `run`: rebuilt by the run's policy (or as an older trace stored them)."
+    ("The exact messages sent for step `index` of `run`: rebuilt by the run's policy (or as an "
+     "older trace stored them).")
     pos = next((k for k, s in enumerate(run.steps) if s.index == index), None)
-    if pos is None: raise KeyError(f"The run has no step {index}; its steps are {[s.index for s in run.steps]}.")
+    if pos is None: raise KeyError(f"The run has no step {index}; its steps are "
+                                   f"{[s.index for s in run.steps]}.")
     step, head = run.steps[pos], run.meta.get('head')
     if step.prompt or head is None: return list(step.prompt)
     return prompt_for(head, get_policy(run.meta.get('context')), run.steps[:pos], step)

@@ -32,7 +32,8 @@ def count_tokens(text:str) -> int:
     return len(_encoding().encode(text or '', disallowed_special=()))
 
 def message_text(m:dict) -> str:
-    "The countable text of one OpenAI-format message: content (or its text parts) and any tool calls."
+    ("The countable text of one OpenAI-format message: content (or its text "
+     "parts) and any tool calls.")
     c = m.get('content') or ''
     if isinstance(c, list): c = ''.join(p.get('text', '') for p in c if isinstance(p, dict))
     return str(c) + (json.dumps(m['tool_calls'], default=str) if m.get('tool_calls') else '')
@@ -40,8 +41,10 @@ def message_text(m:dict) -> str:
 def count_message_tokens(messages:list[dict], # OpenAI-format chat messages
                          tools:list[dict]|None=None, # tool schemas sent along, which cost prompt tokens too
                         ) -> int:
-    "Approximate prompt tokens of a chat request: 3 per message for framing, plus role, name and content."
-    n = sum(3 + count_tokens(m.get('role', '') + m.get('name', '') + message_text(m)) for m in messages) + 3
+    ("Approximate prompt tokens of a chat request: 3 per message for framing, plus "
+     "role, name and content.")
+    n = sum(3 + count_tokens(m.get('role', '') + m.get('name', '') + message_text(m))
+            for m in messages) + 3
     return n + (count_tokens(json.dumps(tools)) if tools else 0)
 
 # %% ../../nbs/10_llm.ipynb #5148b305
@@ -53,25 +56,33 @@ class LLMResponse(BaseModel):
     completion_tokens: int = 0
     model: str = ''
     finish_reason: str | None = None
-    reasoning: str = ''  # the model's separate reasoning (`reasoning_content` / `reasoning`), not part of the answer
+    # the model's separate reasoning (`reasoning_content` / `reasoning`), not part of the answer
+    reasoning: str = ''
     reasoning_tokens: int = 0  # reasoning tokens, when the server reports them
-    usage_estimated: bool = False  # token counts were computed here (no `usage` block, or an offline backend)
+    # token counts were computed here (no `usage` block, or an offline backend)
+    usage_estimated: bool = False
     retries: int = 0  # retries this call took (after 429, 5xx, a timeout or a malformed body)
     malformed_retries: int = 0  # of those, the retries after a body that was not a chat completion
 
 # %% ../../nbs/10_llm.ipynb #84290799
 class LLMError(RuntimeError):
-    "A model call failed; `status` is the HTTP status when there was one, `retries` how many retries were made."
+    ("A model call failed; `status` is the HTTP status when there was one, `retries` how "
+     "many retries were made.")
     def __init__(self, msg:str, status:int|None=None, body:str|None=None, retries:int=0):
         super().__init__(msg)
-        self.status, self.body, self.retries = status, body, retries
-        self.malformed_retries = 0  # of the retries, those after a body that was not a chat completion
+        self.status = status
+        self.body = body
+        self.retries = retries
+        # of the retries, those after a body that was not a chat completion
+        self.malformed_retries = 0
 
 class MalformedResponse(LLMError):
-    "An endpoint answered with a body that is not a chat completion (not JSON, no `choices`): retried like a 5xx."
+    ("An endpoint answered with a body that is not a chat completion (not JSON, no "
+     "`choices`): retried like a 5xx.")
     def __str__(self): return f"{super().__str__()} (after {self.retries} retries)"
 
-class ModelNotConfigured(RuntimeError): "No model endpoint is configured (no API key and no base URL)."
+class ModelNotConfigured(RuntimeError):
+    "No model endpoint is configured (no API key and no base URL)."
 class ScriptExhausted(RuntimeError): "A scripted model was called more times than it has responses."
 class CassetteExhausted(ScriptExhausted): "A replayed cassette has no recording for this call."
 class CassetteMismatch(RuntimeError): "A replayed call differs from the recorded request."
@@ -79,18 +90,21 @@ class CassetteMismatch(RuntimeError): "A replayed call differs from the recorded
 _RESPONSE_KEYS = set(LLMResponse.model_fields)
 
 def as_response(x:str|dict|LLMResponse) -> LLMResponse:
-    "An `LLMResponse` from a string (the content), a response dict, or an agent-protocol dict (sent as JSON)."
+    ("An `LLMResponse` from a string (the content), a response dict, or an agent-protocol "
+     "dict (sent as JSON).")
     if isinstance(x, LLMResponse): return x
     if isinstance(x, str): return LLMResponse(content=x)
     if isinstance(x, dict) and x and set(x) <= _RESPONSE_KEYS: return LLMResponse.model_validate(x)
     if isinstance(x, dict): return LLMResponse(content=json.dumps(x, ensure_ascii=False))
-    raise TypeError(f"Can't turn a {type(x).__name__} into a model response: use a str, a dict or an LLMResponse.")
+    raise TypeError(f"Can't turn a {type(x).__name__} into a model response: use a str, a "
+                    "dict or an LLMResponse.")
 
 # %% ../../nbs/10_llm.ipynb #181197aa
 class ChatModel:
     "Base of every chat model: subclasses implement `_complete`; calls and tokens are counted here."
     name: str = 'model'
-    meta: dict = {}  # labels for its runs, e.g. {'simulated': True, 'simulated_note': ...}; set per instance
+    # labels for its runs, e.g. {'simulated': True, 'simulated_note': ...}; set per instance
+    meta: dict = {}
 
     def __init__(self, name:str|None=None):
         if name: self.name = name
@@ -116,7 +130,8 @@ class ChatModel:
 
 # %% ../../nbs/10_llm.ipynb #6a0e9b53
 def text_chunks(text:str) -> list[str]:
-    "Split text into word-sized pieces that join back to exactly `text` (an offline stand-in for streaming)."
+    ("Split text into word-sized pieces that join back to exactly `text` (an offline "
+     "stand-in for streaming).")
     return re.findall(r'\S+\s*|\s+', text)
 
 @patch
@@ -132,7 +147,8 @@ async def _acomplete(self:ChatModel, *args) -> LLMResponse:
 
 @patch
 def _stream(self:ChatModel, *args):
-    "Word-sized pieces of the whole answer, then the answer: streaming for backends that can't stream."
+    ("Word-sized pieces of the whole answer, then the answer: streaming for "
+     "backends that can't stream.")
     r = self._complete(*args)
     yield from text_chunks(r.content)
     yield r
@@ -151,11 +167,14 @@ def _output_text(r:LLMResponse) -> str:
     "The text a response's completion tokens are counted from: reasoning, content and tool calls."
     return r.reasoning + r.content + ''.join(json.dumps(tc.args) + tc.tool for tc in r.tool_calls)
 
-def _offline(r:LLMResponse, messages:list[dict], tools:list[dict]|None, name:str, call:int=1) -> LLMResponse:
-    "`r` with token counts, model name, finish reason and tool-call ids filled in as an endpoint would."
+def _offline(r:LLMResponse, messages:list[dict], tools:list[dict]|None, name:str,
+             call:int=1) -> LLMResponse:
+    ("`r` with token counts, model name, finish reason and tool-call ids filled in "
+     "as an endpoint would.")
     calls = [tc if tc.id else tc.model_copy(update={'id': f'call_{call}_{i}'}) for i, tc in enumerate(r.tool_calls)]
     counted_here = r.usage_estimated or not (r.prompt_tokens and r.completion_tokens)
-    return r.model_copy(update=dict(tool_calls=calls, model=r.model or name, usage_estimated=counted_here,
+    return r.model_copy(update=dict(tool_calls=calls, model=r.model or name,
+                                    usage_estimated=counted_here,
                                     prompt_tokens=r.prompt_tokens or count_message_tokens(messages, tools),
                                     completion_tokens=r.completion_tokens or count_tokens(_output_text(r)),
                                     finish_reason=r.finish_reason or ('tool_calls' if calls else 'stop')))
@@ -167,7 +186,8 @@ def _last_message(messages:list[dict], n:int=200) -> str:
     return f"({m.get('role', '?')}) {text[:n]!r}" + ('…' if len(text) > n else '')
 
 class ScriptedLLM(ChatModel):
-    "Plays back a fixed list of responses (str, dict or `LLMResponse`), recording what each call was sent."
+    ("Plays back a fixed list of responses (str, dict or `LLMResponse`), recording "
+     "what each call was sent.")
     name = 'scripted'
 
     def __init__(self, responses:list, # what to answer, in order
@@ -178,18 +198,20 @@ class ScriptedLLM(ChatModel):
 
     def _complete(self, messages, tools, json_mode, temperature):
         with self._lock:
-            self.calls.append(dict(messages=copy.deepcopy(messages), tools=tools, json_mode=json_mode,
-                                   temperature=temperature))
+            self.calls.append(dict(messages=copy.deepcopy(messages), tools=tools,
+                                   json_mode=json_mode, temperature=temperature))
             n = len(self.calls)
         if n > len(self.responses):
-            raise ScriptExhausted(f"{self.name}: the script has {len(self.responses)} responses but this is call {n}. "
-                                  f"Last message sent: {_last_message(messages)}. "
-                                  "Add responses, or check why the agent kept going.")
+            raise ScriptExhausted(f"{self.name}: the script has {len(self.responses)} responses "
+                                  f"but this is call {n}. Last message sent: "
+                                  f"{_last_message(messages)}. Add responses, or check why "
+                                  "the agent kept going.")
         return _offline(self.responses[n-1], messages, tools, self.name, n)
 
 # %% ../../nbs/10_llm.ipynb #8adbb601
 class FunctionLLM(ChatModel):
-    "A Python function as the model: `fn(messages, **kw)` returns a str (the content) or an `LLMResponse`."
+    ("A Python function as the model: `fn(messages, **kw)` returns a str (the content) "
+     "or an `LLMResponse`.")
     def __init__(self, fn:Callable, name:str|None=None):
         super().__init__(name or getattr(fn, '__name__', 'function'))
         self.fn, self._n = fn, 0
@@ -200,11 +222,13 @@ class FunctionLLM(ChatModel):
         return _offline(as_response(out), messages, tools, self.name, n)
 
 class EchoLLM(ChatModel):
-    "Answers the last user message back in the agent's JSON protocol. A stand-in for wiring tests, not a model."
+    ("Answers the last user message back in the agent's JSON protocol. A stand-in for "
+     "wiring tests, not a model.")
     name = 'echo'
     def _complete(self, messages, tools, json_mode, temperature):
         last = next((message_text(m) for m in reversed(messages) if m.get('role') == 'user'), '')
-        content = json.dumps({'thought': 'Echoing the last user message.', 'answer': last}, ensure_ascii=False)
+        content = json.dumps({'thought': 'Echoing the last user message.', 'answer': last},
+                             ensure_ascii=False)
         return _offline(LLMResponse(content=content), messages, tools, self.name)
 
 # %% ../../nbs/10_llm.ipynb #5af6f7c8
@@ -215,14 +239,17 @@ def _request(messages, tools, json_mode, temperature) -> dict:
 
 def _diff(recorded:dict, sent:dict, n:int=20) -> str:
     "A short unified diff between a recorded and a sent request."
-    a, b = (json.dumps(x, indent=1, sort_keys=True, ensure_ascii=False).splitlines() for x in (recorded, sent))
+    a, b = (json.dumps(x, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
+            for x in (recorded, sent))
     lines = list(difflib.unified_diff(a, b, 'recorded', 'sent', lineterm='', n=1))
     return '\n'.join(lines[:n] + (['…'] if len(lines) > n else []))
 
 # %% ../../nbs/10_llm.ipynb #2c4f7a90
 class RecordingLLM(ChatModel):
-    "Passes calls to `inner` and writes each exchange to a JSON-lines cassette at `path` (overwritten)."
-    meta = property(lambda self: self.inner.meta)  # a wrapper keeps the labels of the model it wraps
+    ("Passes calls to `inner` and writes each exchange to a JSON-lines cassette at "
+     "`path` (overwritten).")
+    # a wrapper keeps the labels of the model it wraps
+    meta = property(lambda self: self.inner.meta)
     def __init__(self, inner:ChatModel, path):
         super().__init__(inner.name)
         self.inner, self.path = inner, Path(path)
@@ -234,12 +261,14 @@ class RecordingLLM(ChatModel):
         return self._write(_request(messages, tools, json_mode, temperature), r)
 
     def _stream(self, messages, tools, json_mode, temperature):
-        for item in self.inner.stream(messages, tools=tools, json_mode=json_mode, temperature=temperature):
+        for item in self.inner.stream(messages, tools=tools, json_mode=json_mode,
+                                      temperature=temperature):
             if not isinstance(item, LLMResponse): yield item
             else: yield self._write(_request(messages, tools, json_mode, temperature), item)
 
     def _write(self, request:dict, r:LLMResponse) -> LLMResponse:
-        line = one_line(json.dumps({'request': request, 'response': r.model_dump(mode='json')}, ensure_ascii=False))
+        line = one_line(json.dumps({'request': request, 'response': r.model_dump(mode='json')},
+                                   ensure_ascii=False))
         with self._lock, self.path.open('a', encoding='utf-8') as f: f.write(line + '\n')
         return r
 
@@ -252,13 +281,15 @@ def read_cassette(path) -> list[dict]:
     "The exchanges recorded in a cassette, saying which line is bad if one is."
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"No cassette at {path}: record one with RecordingLLM(model, '{path}').")
+        raise FileNotFoundError(f"No cassette at {path}: record one with "
+                                f"RecordingLLM(model, '{path}').")
     out = []
     for i, line in enumerate(json_lines(path.read_text(encoding='utf-8')), 1):
         if not line.strip(): continue
         try: out.append(_exchange(line))
         except Exception as e:
-            raise ValueError(f"{path}, line {i}: not a cassette exchange ({type(e).__name__}: {str(e)[:200]})") from e
+            raise ValueError(f"{path}, line {i}: not a cassette exchange "
+                             f"({type(e).__name__}: {str(e)[:200]})") from e
     return out
 
 # %% ../../nbs/10_llm.ipynb #7d3e61c5
@@ -273,13 +304,16 @@ class ReplayLLM(ChatModel):
         with self._lock:
             i = self.position
             if i >= len(self.exchanges):
-                raise CassetteExhausted(f"{self.path} holds {len(self.exchanges)} exchanges; call {i+1} has no "
-                                        f"recording. Last message sent: {_last_message(messages)}. "
-                                        "Re-record the cassette if the run is meant to be longer.")
-            sent, want = _request(messages, tools, json_mode, temperature), self.exchanges[i]['request']
+                raise CassetteExhausted(f"{self.path} holds {len(self.exchanges)} exchanges; call "
+                                        f"{i+1} has no recording. Last message sent: "
+                                        f"{_last_message(messages)}. Re-record the cassette if the "
+                                        "run is meant to be longer.")
+            sent = _request(messages, tools, json_mode, temperature)
+            want = self.exchanges[i]['request']
             if sent != want:
-                raise CassetteMismatch(f"Call {i+1} differs from the request recorded in {self.path}:\n"
-                                       f"{_diff(want, sent)}\nRe-record the cassette if the change is intended.")
+                raise CassetteMismatch(f"Call {i+1} differs from the request recorded in "
+                                       f"{self.path}:\n{_diff(want, sent)}\nRe-record the cassette "
+                                       "if the change is intended.")
             self.position += 1
         return self.exchanges[i]['response'].model_copy(deep=True)
 
@@ -290,7 +324,8 @@ _JSON_STYLE = {'open': '"', 'close': '"', 'colon': ': ', 'comma': ', ', 'trail':
 def _render(x, **style) -> str:
     "Serialise `x` like JSON but with the quotes, punctuation and literals given in `style`."
     s = {**_JSON_STYLE, **style}
-    if isinstance(x, dict): items = [_render(str(k), **style) + s['colon'] + _render(v, **style) for k, v in x.items()]
+    if isinstance(x, dict):
+        items = [_render(str(k), **style) + s['colon'] + _render(v, **style) for k, v in x.items()]
     elif isinstance(x, list): items = [_render(v, **style) for v in x]
     if isinstance(x, (dict, list)):
         l, r = '{}' if isinstance(x, dict) else '[]'
@@ -308,7 +343,8 @@ def _leaves(x) -> list:
 def _dumps(x) -> str: return json.dumps(x, ensure_ascii=False)
 
 # %% ../../nbs/10_llm.ipynb #9a8281b2
-def _fullwidth_quotes(obj, text, rng): return _render(obj, open='“', close='”', colon='：', comma='，') if obj else None
+def _fullwidth_quotes(obj, text, rng):
+    return _render(obj, open='“', close='”', colon='：', comma='，') if obj else None
 def _single_quotes(obj, text, rng): return _render(obj, open="'", close="'") if obj else None
 def _trailing_comma(obj, text, rng): return _render(obj, trail=',') if obj else None
 def _python_literals(obj, text, rng):
@@ -322,7 +358,8 @@ def _comments(obj, text, rng):
 
 def _code_fence(obj, text, rng): return f"```json\n{text}\n```" if text.strip() else None
 def _prose_around(obj, text, rng):
-    return f"Sure! Here is my next step:\n\n{text}\n\nLet me know if you need anything else." if text.strip() else None
+    return (f"Sure! Here is my next step:\n\n{text}\n\nLet me know if "
+            "you need anything else.") if text.strip() else None
 
 def _truncated(obj, text, rng):
     "Cut the output in the middle of its last string value (or two thirds in, for plain text)."
@@ -339,14 +376,16 @@ def _action(obj) -> dict|None:
     return a if isinstance(a, dict) and isinstance(a.get('tool'), str) else None
 
 def _call_spots(obj) -> list[tuple[str, int|None]]:
-    "Where an agent-protocol object's tool calls are: ('action', None), or ('actions', i) for each call in a list."
+    ("Where an agent-protocol object's tool calls are: ('action', None), or ('actions', i) for "
+     "each call in a list.")
     if _action(obj): return [('action', None)]
     acts = obj.get('actions') if isinstance(obj, dict) else None
     if not isinstance(acts, list): return []
     return [('actions', i) for i, a in enumerate(acts) if isinstance(a, dict) and isinstance(a.get('tool'), str)]
 
 def _one_call(obj, rng) -> tuple[dict, Callable]|None:
-    "One tool call of `obj` (drawn at random from a list of several) and a function: `obj` as text with it changed."
+    ("One tool call of `obj` (drawn at random from a list of several) and a function: `obj` as "
+     "text with it changed.")
     spots = _call_spots(obj)
     if not spots: return None
     key, i = spots[0] if len(spots) == 1 else rng.choice(spots)
@@ -363,7 +402,8 @@ def _unknown_tool(obj, text, rng):
     "Invent a tool name close to the real one: `web_search_engine`, `WebSearch`..."
     if not (got := _one_call(obj, rng)): return None
     (a, changed), name = got, got[0]['tool']
-    return changed(tool=rng.choice([v for v in (f'{name}_tool', f'{name}_engine', _camel(name)) if v != name]))
+    return changed(tool=rng.choice([v for v in (f'{name}_tool', f'{name}_engine',
+                                                _camel(name)) if v != name]))
 
 def _synonym_param(obj, text, rng):
     "Rename one argument to a synonym from `PARAM_SYNONYMS` (`query` → `keyword`)."
@@ -408,7 +448,8 @@ def _json_object(text:str) -> dict|None:
     return obj if isinstance(obj, dict) else None
 
 class FaultyLLM(ChatModel):
-    "Wraps a model and, with probability `rate` per call, rewrites its output with one realistic mistake."
+    ("Wraps a model and, with probability `rate` per call, rewrites its output with "
+     "one realistic mistake.")
     meta = property(lambda self: self.inner.meta)  # a wrapped stand-in stays labelled as one
     def __init__(self, inner:ChatModel,
                  rate:float,  # chance that a call gets a fault
@@ -417,7 +458,10 @@ class FaultyLLM(ChatModel):
         unknown = set(faults or []) - set(FAULTS)
         if unknown: raise ValueError(f"Unknown fault(s) {sorted(unknown)}; known: {list(FAULTS)}.")
         super().__init__(f'faulty({inner.name})')
-        self.inner, self.rate, self.rng, self.faults = inner, rate, random.Random(seed), list(faults or FAULTS)
+        self.inner = inner
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.faults = list(faults or FAULTS)
         self.injected: list[tuple[int, str]] = []  # (call index from 0, fault)
         self._calls = 0
 
@@ -428,7 +472,8 @@ def _complete(self:FaultyLLM, messages, tools, json_mode, temperature):
     i, self._calls = self._calls, self._calls + 1
     if self.rng.random() >= self.rate or not (hit := self._inject(r.content)): return r
     self.injected.append((i, hit[0]))
-    return r.model_copy(update={'content': hit[1], 'completion_tokens': count_tokens(hit[1]), 'usage_estimated': True})
+    return r.model_copy(update={'content': hit[1], 'completion_tokens': count_tokens(hit[1]),
+                                'usage_estimated': True})
 
 @patch
 def _inject(self:FaultyLLM, text:str) -> tuple[str, str]|None:
@@ -444,8 +489,9 @@ _PLACEHOLDER_KEY = 'sk-no-key-needed'  # local servers take any key; the SDK ins
 _KEY_VARS = 'REACH_API_KEY (or OPENAI_API_KEY)'
 
 _NOT_CONFIGURED = (f"No model endpoint is configured: set {_KEY_VARS} for a hosted model, and/or "
-                   "REACH_BASE_URL for another OpenAI-compatible endpoint (a local server needs no key); "
-                   "or use the offline analyst: `--model sim-analyst` on the command line, SimAnalyst() from reach_nb.risk.analyst in Python.")
+                   "REACH_BASE_URL for another OpenAI-compatible endpoint (a local server needs no "
+                   "key); or use the offline analyst: `--model sim-analyst` on the command line, "
+                   "SimAnalyst() from reach_nb.risk.analyst in Python.")
 
 def _endpoint(api_key:str|None, base_url:str|None) -> tuple[str, str|None]:
     "The key and URL to use, from the arguments or else the environment."
@@ -461,23 +507,28 @@ def _sdk():
 
 # %% ../../nbs/10_llm.ipynb #a8c1e5f0
 def _args(arguments) -> dict:
-    "Tool-call arguments: an object as sent, else parsed from JSON text; unreadable ones kept as `{'_raw': text}`."
+    ("Tool-call arguments: an object as sent, else parsed from JSON text; unreadable ones kept "
+     "as `{'_raw': text}`.")
     if isinstance(arguments, dict): return arguments
     if arguments is None or arguments == '': return {}
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    raw = (arguments if isinstance(arguments, str)
+           else json.dumps(arguments, ensure_ascii=False, default=str))
     try:
         args = json.loads(raw)
-        if isinstance(args, str): args = json.loads(args)  # encoded twice: a JSON string holding the object
+        # encoded twice: a JSON string holding the object
+        if isinstance(args, str): args = json.loads(args)
     except (ValueError, RecursionError): return {'_raw': raw}
     return args if isinstance(args, dict) else {'_raw': raw}
 
 def _text(content) -> str:
     "Message content as text: a string, or the text parts of a list."
-    if isinstance(content, list): return ''.join(str(p.get('text') or '') for p in content if isinstance(p, dict))
+    if isinstance(content, list): return ''.join(str(p.get('text') or '')
+                                                 for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ''
 
 def _reasoning(m) -> str:
-    "The separate reasoning on a message or a streamed delta: `reasoning_content`, else `reasoning`."
+    ("The separate reasoning on a message or a streamed delta: "
+     "`reasoning_content`, else `reasoning`.")
     for k in ('reasoning_content', 'reasoning'):
         if isinstance(v := getattr(m, k, None), str) and v: return v
     return ''
@@ -490,11 +541,13 @@ def _tool_call(t) -> ToolCall:
     else: name, args = '', {}
     return ToolCall(tool=str(name or ''), args=args, id=getattr(t, 'id', None))
 
-def _natural(v) -> int|None: return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+def _natural(v) -> int|None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 def _tokens(u, messages:list[dict], tools:list[dict]|None, r:LLMResponse) -> dict:
     "Token counts from the server's `usage`; counted here, and marked estimated, when it sent none."
-    p, c = _natural(getattr(u, 'prompt_tokens', None)), _natural(getattr(u, 'completion_tokens', None))
+    p = _natural(getattr(u, 'prompt_tokens', None))
+    c = _natural(getattr(u, 'completion_tokens', None))
     if p is None or c is None:
         return dict(prompt_tokens=count_message_tokens(messages, tools),
                     completion_tokens=count_tokens(_output_text(r)), usage_estimated=True)
@@ -503,14 +556,18 @@ def _tokens(u, messages:list[dict], tools:list[dict]|None, r:LLMResponse) -> dic
                 reasoning_tokens=_natural(getattr(details, 'reasoning_tokens', 0)) or 0)
 
 # %% ../../nbs/10_llm.ipynb #1e58b40f
-def _from_completion(c, messages:list[dict], tools:list[dict]|None, model:str, retries:int=0) -> LLMResponse:
-    "An `LLMResponse` from an SDK `ChatCompletion`; a body without `choices` (an HTML page, `{}`) is a ValueError."
-    if not getattr(c, 'choices', None): raise ValueError(f"no `choices` in the body {str(c)[:200]!r}")
+def _from_completion(c, messages:list[dict], tools:list[dict]|None, model:str,
+                     retries:int=0) -> LLMResponse:
+    ("An `LLMResponse` from an SDK `ChatCompletion`; a body without `choices` (an HTML page, "
+     "`{}`) is a ValueError.")
+    if not getattr(c, 'choices', None):
+        raise ValueError(f"no `choices` in the body {str(c)[:200]!r}")
     ch = c.choices[0]
     m = ch.message
-    r = LLMResponse(content=_text(m.content), tool_calls=[_tool_call(t) for t in m.tool_calls or []],
-                    reasoning=_reasoning(m), model=str(c.model or model), finish_reason=ch.finish_reason,
-                    retries=retries)
+    r = LLMResponse(content=_text(m.content),
+                    tool_calls=[_tool_call(t) for t in m.tool_calls or []],
+                    reasoning=_reasoning(m), model=str(c.model or model),
+                    finish_reason=ch.finish_reason, retries=retries)
     return r.model_copy(update=_tokens(c.usage, messages, tools, r))
 
 # %% ../../nbs/10_llm.ipynb #51ce7082
@@ -521,9 +578,15 @@ def _joined(parts:list) -> dict:
     return _args(''.join(p for p in parts if isinstance(p, str)))
 
 class _StreamAccumulator:
-    "Builds an `LLMResponse` from streamed chunks: content, reasoning, tool-call pieces, finish reason and usage."
+    ("Builds an `LLMResponse` from streamed chunks: content, reasoning, tool-call pieces, "
+     "finish reason and usage.")
     def __init__(self):
-        self.text, self.thinking, self.calls, self.usage, self.finish, self.model = [], [], {}, None, None, ''
+        self.text = []
+        self.thinking = []
+        self.calls = {}
+        self.usage = None
+        self.finish = None
+        self.model = ''
 
     def add(self, chunk) -> str:
         "Take one chunk; return its text delta."
@@ -541,7 +604,8 @@ class _StreamAccumulator:
 # %% ../../nbs/10_llm.ipynb #0b8e3c52
 @patch
 def _add_call(self:_StreamAccumulator, t):
-    "One tool-call delta: the id and name come once (some servers repeat them), the arguments in pieces."
+    ("One tool-call delta: the id and name come once (some servers repeat them), the "
+     "arguments in pieces.")
     i = t.index if isinstance(getattr(t, 'index', None), int) else max(self.calls, default=0)
     c = self.calls.setdefault(i, {'id': None, 'name': '', 'arguments': []})
     c['id'] = t.id or c['id']
@@ -571,15 +635,18 @@ def _body(e) -> str:
     return text[:300] + ('…' if len(text) > 300 else '')
 
 def encodable(x):
-    "JSON data `x`, with lone surrogates (from a tool's undecodable output, say) replaced so it encodes as UTF-8."
+    ("JSON data `x`, with lone surrogates (from a tool's undecodable output, say) replaced so "
+     "it encodes as UTF-8.")
     text = json.dumps(x, ensure_ascii=False, default=str)
     try: text.encode('utf-8')
-    except UnicodeEncodeError: return json.loads(text.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace'))
+    except UnicodeEncodeError:
+        return json.loads(text.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace'))
     return x
 
 # %% ../../nbs/10_llm.ipynb #d12dfa22
 class OpenAIChat(ChatModel):
-    "Any OpenAI-compatible chat endpoint through the `openai` SDK: JSON mode, native tools, streaming, retries."
+    ("Any OpenAI-compatible chat endpoint through the `openai` SDK: JSON mode, native "
+     "tools, streaming, retries.")
     def __init__(self, model:str,              # model name the endpoint knows
                  base_url:str|None=None,       # e.g. http://127.0.0.1:8001/v1; None: the SDK default (OpenAI)
                  api_key:str|None=None,        # None: REACH_API_KEY or OPENAI_API_KEY, else a placeholder
@@ -589,19 +656,23 @@ class OpenAIChat(ChatModel):
                  **client_kw):                 # passed on to `openai.OpenAI` / `openai.AsyncOpenAI`
         super().__init__(model)
         api_key, base_url = _endpoint(api_key, base_url)
-        self.model, self.temperature, self.timeout = model, temperature, timeout
+        self.model = model
+        self.temperature = temperature
+        self.timeout = timeout
         self.max_retries = max_retries
-        self._client_kw = dict(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
-                               **client_kw)
-        self.client, self._aclient, self._aloop = _sdk().OpenAI(**self._client_kw), None, None
+        self._client_kw = dict(api_key=api_key, base_url=base_url, timeout=timeout,
+                               max_retries=max_retries, **client_kw)
+        self.client = _sdk().OpenAI(**self._client_kw)
+        self._aclient = None
+        self._aloop = None
         self.retries = 0  # retries taken over all calls
 
     @classmethod
     def from_settings(cls, settings:Settings|None=None, **kw) -> OpenAIChat:
         "A client for the endpoint in `settings` (default: `load_settings()`); `kw` overrides."
         s = settings or load_settings()
-        base = dict(model=s.model, base_url=s.base_url or None, api_key=s.api_key or None, temperature=s.temperature,
-                    timeout=s.request_timeout)
+        base = dict(model=s.model, base_url=s.base_url or None, api_key=s.api_key or None,
+                    temperature=s.temperature, timeout=s.request_timeout)
         return cls(**{**base, **kw})
 
     def __repr__(self): return f"OpenAIChat({self.model!r}, base_url={str(self.client.base_url)!r})"
@@ -609,9 +680,11 @@ class OpenAIChat(ChatModel):
 # %% ../../nbs/10_llm.ipynb #3d2a9f61
 @patch(as_prop=True)
 def aclient(self:OpenAIChat):
-    "The async client of the running event loop (an httpx connection pool can't move between loops)."
+    ("The async client of the running event loop (an httpx connection pool can't "
+     "move between loops).")
     loop = asyncio.get_running_loop()
-    if self._aloop is not loop: self._aclient, self._aloop = _sdk().AsyncOpenAI(**self._client_kw), loop
+    if self._aloop is not loop:
+        self._aclient, self._aloop = _sdk().AsyncOpenAI(**self._client_kw), loop
     return self._aclient
 
 @patch
@@ -649,10 +722,12 @@ def _status_error(self:OpenAIChat, e, where:str, count:bool) -> LLMError:
     "An `LLMError` for an HTTP error status."
     n, body = self._retried(e.response.request, count), _body(e)
     hint = f" The endpoint refused the API key: set {_KEY_VARS} to a key it accepts." if e.status_code == 401 else ''
-    return LLMError(f"{where} answered HTTP {e.status_code} (after {n} retries): {body}{hint}", e.status_code, body, n)
+    return LLMError(f"{where} answered HTTP {e.status_code} (after {n} retries): {body}{hint}",
+                    e.status_code, body, n)
 
 # %% ../../nbs/10_llm.ipynb #9e5b1c73
-_UNREADABLE = (AttributeError, TypeError, ValueError)  # what reading a body that isn't a chat completion raises
+# what reading a body that isn't a chat completion raises
+_UNREADABLE = (AttributeError, TypeError, ValueError)
 
 @patch
 @contextmanager
@@ -663,26 +738,33 @@ def _errors(self:OpenAIChat, count_retries:bool=True):
     except oa.APIStatusError as e: raise self._status_error(e, where, count_retries) from e
     except oa.APITimeoutError as e:
         n = self._retried(e.request, count_retries)
-        raise LLMError(f"{where}: request timeout, no answer within timeout={self.timeout}s (after {n} retries). "
-                       "Raise the timeout or check that the server is up.", None, None, n) from e
+        raise LLMError(f"{where}: request timeout, no answer within timeout={self.timeout}s (after "
+                       f"{n} retries). Raise the timeout or check that the server is up.", None,
+                       None, n) from e
     except oa.APIConnectionError as e:
         n = self._retried(e.request, count_retries)
         raise LLMError(f"{where}: could not connect (after {n} retries): {e.__cause__ or e}. "
                        "Check base_url and that the server runs.", None, None, n) from e
     except (oa.APIResponseValidationError, *_UNREADABLE) as e:
-        raise MalformedResponse(f"{where} returned a malformed response body, not a chat completion "
-                                f"({type(e).__name__}: {str(e)[:200]})") from e
-    except oa.APIError as e: raise LLMError(f"{where} reported an error: {e.message} {_body(e)}") from e
+        raise MalformedResponse(f"{where} returned a malformed response body, not a chat "
+                                f"completion ({type(e).__name__}: {str(e)[:200]})") from e
+    except oa.APIError as e: raise LLMError(f"{where} reported an error: "
+                                            f"{e.message} {_body(e)}") from e
 
 
 # %% ../../nbs/10_llm.ipynb #479f09df
 def _backoff(n:int) -> float:
-    "Seconds to wait before a call's retry after `n` earlier ones: the SDK's schedule (0.5 s doubling to 8 s, jitter)."
+    ("Seconds to wait before a call's retry after `n` earlier ones: the SDK's schedule (0.5 s "
+     "doubling to 8 s, jitter).")
     return min(0.5 * 2 ** n, 8.0) * (1 - 0.25 * random.random())
 
 class _Tries:
-    "One call's retries: the SDK's (429, 5xx, timeouts) and those after a malformed body share `max_retries`."
-    def __init__(self, llm:OpenAIChat): self.llm, self.taken, self.malformed = llm, 0, 0
+    ("One call's retries: the SDK's (429, 5xx, timeouts) and those after a malformed body "
+     "share `max_retries`.")
+    def __init__(self, llm:OpenAIChat):
+        self.llm = llm
+        self.taken = 0
+        self.malformed = 0
 
     def client(self, client):
         "`client` (sync or async), allowed only the retries this call has left."
@@ -692,10 +774,13 @@ class _Tries:
     def took(self, n:int): self.taken += n
 
     def again(self, e:MalformedResponse) -> float:
-        "Seconds to wait before retrying after `e`; `e` itself, with every retry counted, once none are left."
+        ("Seconds to wait before retrying after `e`; `e` itself, with every retry "
+         "counted, once none are left.")
         if self.taken >= self.llm.max_retries: raise self.failed(e)
         wait = _backoff(self.taken)
-        self.taken, self.malformed, self.llm.retries = self.taken + 1, self.malformed + 1, self.llm.retries + 1
+        self.taken = self.taken + 1
+        self.malformed = self.malformed + 1
+        self.llm.retries = self.llm.retries + 1
         return wait
 
     def failed(self, e:LLMError) -> LLMError:
@@ -709,7 +794,8 @@ class _Tries:
 # %% ../../nbs/10_llm.ipynb #24c4b1ee
 @patch
 def _took(self:OpenAIChat, raw) -> int:
-    "Note (and return) the retries a request took, and the label of an endpoint that serves a simulated stand-in."
+    ("Note (and return) the retries a request took, and the label of an endpoint that serves "
+     "a simulated stand-in.")
     self.retries += raw.retries_taken
     if note := raw.headers.get('x-reach-simulated'):
         self.meta = {'simulated': True, 'simulated_note': f'{note} (served over HTTP)'}
@@ -759,17 +845,20 @@ def _stream(self:OpenAIChat, messages, tools, json_mode, temperature):
             yield from self._stream_once(tries.client(self.client), params, acc, tries)
             break
         except MalformedResponse as e:
-            if any(acc.text): raise tries.failed(e)  # part of the answer is out: a retry would repeat it
+            # part of the answer is out: a retry would repeat it
+            if any(acc.text): raise tries.failed(e)
             time.sleep(tries.again(e))
         except LLMError as e: raise tries.failed(e)
     yield tries.done(acc.response(messages, tools, self.model))
 
 # %% ../../nbs/10_llm.ipynb #10966c66
-MODELS: dict[str, Callable[[str, Settings|None], ChatModel]] = {}  # name -> factory(argument after ':', settings)
+# name -> factory(argument after ':', settings)
+MODELS: dict[str, Callable[[str, Settings|None], ChatModel]] = {}
 
 def register_model(name:str, # the spec's prefix, as in 'name' or 'name:argument'
                    factory:Callable[[str, Settings|None], ChatModel]): # builds the model from the argument, settings
-    "Make `get_model('name')` / `get_model('name:arg')` build a model with `factory(arg, settings)`."
+    ("Make `get_model('name')` / `get_model('name:arg')` build a model with "
+     "`factory(arg, settings)`.")
     MODELS[name] = factory
     return factory
 
@@ -797,7 +886,8 @@ register_model('openai', _openai)
 def get_model(spec:str|None=None,            # e.g. 'echo', 'scripted:run.json', 'replay:run.jsonl', 'qwen-plus'
               settings:Settings|None=None,   # default: `load_settings()`
              ) -> ChatModel:
-    "The chat model named by `spec` (default: the configured model); `openai:<model>` names an endpoint's model."
+    ("The chat model named by `spec` (default: the configured model); `openai:<model>` names "
+     "an endpoint's model.")
     spec = spec or (settings or load_settings()).model
     name, _, arg = spec.partition(':')
     if name in MODELS: return MODELS[name](arg, settings)
@@ -805,13 +895,17 @@ def get_model(spec:str|None=None,            # e.g. 'echo', 'scripted:run.json',
 
 # %% ../../nbs/10_llm.ipynb #3bd0f553
 class LatencyLLM(ChatModel):
-    "Answers as `inner` does, after waiting as a hosted model would: `per_call`, then `per_token` per output token."
+    ("Answers as `inner` does, after waiting as a hosted model would: `per_call`, then "
+     "`per_token` per output token.")
     meta = property(lambda self: self.inner.meta)  # a wrapped stand-in stays labelled as one
     def __init__(self, inner:ChatModel, # the model that answers
                  per_call:float=0.5, # seconds before the first token: the request, the queue, reading the prompt
                  per_token:float=0.01): # seconds per output token
         super().__init__(inner.name)
-        self.inner, self.per_call, self.per_token, self.slept = inner, per_call, per_token, 0.0
+        self.inner = inner
+        self.per_call = per_call
+        self.per_token = per_token
+        self.slept = 0.0
 
     def _wait(self, seconds:float):
         time.sleep(seconds)

@@ -26,20 +26,23 @@ __all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatM
 
 # %% ../../nbs/12_modelserver.ipynb #3729d3e5
 class ChatMessage(BaseModel):
-    "What a request's message must hold: a known role, and text, parts or nothing as content (other fields kept)."
+    ("What a request's message must hold: a known role, and text, parts or nothing as content "
+     "(other fields kept).")
     model_config = ConfigDict(extra='allow')
     role: Literal['system', 'developer', 'user', 'assistant', 'tool']
     content: str | list[dict[str, Any]] | None = None
 
 class ChatRequest(BaseModel):
-    "The fields of an OpenAI chat-completions request that the local server uses (others are accepted)."
+    ("The fields of an OpenAI chat-completions request that the local server uses "
+     "(others are accepted).")
     model_config = ConfigDict(extra='allow')
     messages: list[dict[str, Any]]
 
     @field_validator('messages')
     @classmethod
     def _messages(cls, v):
-        for m in v: ChatMessage.model_validate(m)  # a message the model could not read is the client's 400
+        # a message the model could not read is the client's 400
+        for m in v: ChatMessage.model_validate(m)
         return v
     model: str = ''
     temperature: float | None = None
@@ -49,7 +52,8 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
 
     @property
-    def json_mode(self) -> bool: return (self.response_format or {}).get('type') in ('json_object', 'json_schema')
+    def json_mode(self) -> bool:
+        return (self.response_format or {}).get('type') in ('json_object', 'json_schema')
 
 def _arguments(args:dict) -> str:
     "Tool-call arguments as the JSON string OpenAI sends (raw text kept as it was)."
@@ -59,28 +63,34 @@ def _arguments(args:dict) -> str:
 # %% ../../nbs/12_modelserver.ipynb #5b0e7a3c
 @dataclass(frozen=True)
 class Wire:
-    "How the local server writes an answer: where tool calls and reasoning go, and whether usage is sent."
-    calls: str = 'native'  # 'native', 'object' (arguments as an object), or an in-content syntax such as 'hermes'
-    reasoning: str = ''    # '' (none), 'think' (a <think> block before the content), 'field' (`reasoning_content`)
+    ("How the local server writes an answer: where tool calls and reasoning go, and "
+     "whether usage is sent.")
+    # 'native', 'object' (arguments as an object), or an in-content syntax such as 'hermes'
+    calls: str = 'native'
+    # '' (none), 'think' (a <think> block before the content), 'field' (`reasoning_content`)
+    reasoning: str = ''
     usage: bool = True     # send a usage block (in streams: when the client asks for it)
 
 WIRES = {'openai': Wire(), 'args-object': Wire(calls='object'), 'hermes': Wire(calls='hermes'),
-         'mistral': Wire(calls='mistral'), 'llama': Wire(calls='llama'), 'bare-json': Wire(calls='bare-json'),
-         'think': Wire(reasoning='think'), 'reasoning-content': Wire(reasoning='field'), 'no-usage': Wire(usage=False)}
+         'mistral': Wire(calls='mistral'), 'llama': Wire(calls='llama'),
+         'bare-json': Wire(calls='bare-json'),
+         'think': Wire(reasoning='think'), 'reasoning-content': Wire(reasoning='field'),
+         'no-usage': Wire(usage=False)}
 
 def wire_format(name:str|Wire) -> Wire:
     "The `Wire` named by `name`: a key of `WIRES`, or several joined by '+', e.g. 'hermes+think'."
     if isinstance(name, Wire): return name
     out = {}
     for part in filter(None, (p.strip() for p in (name or 'openai').split('+'))):
-        if part not in WIRES: raise ValueError(f"Unknown wire format {part!r}: use one of {', '.join(WIRES)}, "
-                                               "or several joined by '+'.")
+        if part not in WIRES: raise ValueError(f"Unknown wire format {part!r}: use one of "
+                                               f"{', '.join(WIRES)}, or several joined by '+'.")
         out.update({f.name: getattr(WIRES[part], f.name) for f in fields(Wire)
                     if getattr(WIRES[part], f.name) != getattr(Wire(), f.name)})
     return Wire(**out)
 
 # %% ../../nbs/12_modelserver.ipynb #4c8d2f6a
-SERVER_REASONING = 'Reasoning added by the reach_nb local model server: the backing model gave none.'
+SERVER_REASONING = ('Reasoning added by the reach_nb local model server: the '
+                    'backing model gave none.')
 
 def _call_text(tc:ToolCall, key:str='arguments') -> str:
     "One call as the JSON text a model writes (broken arguments kept as they were)."
@@ -94,21 +104,26 @@ IN_CONTENT = {  # in-content syntaxes: calls -> text
     'llama': lambda calls: '\n'.join('<|python_tag|>' + _call_text(c, 'parameters') for c in calls),
     'bare-json': lambda calls: _call_text(calls[0]) if len(calls) == 1 else _listed(calls)}
 
-def _reasoning_of(r:LLMResponse, wire:Wire) -> str: return (r.reasoning or SERVER_REASONING) if wire.reasoning else ''
+def _reasoning_of(r:LLMResponse, wire:Wire) -> str:
+    return (r.reasoning or SERVER_REASONING) if wire.reasoning else ''
 
 def _around(r:LLMResponse, wire:Wire) -> tuple[str, str]:
-    "The text `wire` puts before the content (a think block) and after it (tool calls written as text)."
+    ("The text `wire` puts before the content (a think block) and after it (tool "
+     "calls written as text).")
     before = f'<think>\n{_reasoning_of(r, wire)}\n</think>\n\n' if wire.reasoning == 'think' else ''
-    after = IN_CONTENT[wire.calls](r.tool_calls) if wire.calls in IN_CONTENT and r.tool_calls else ''
+    after = (IN_CONTENT[wire.calls](r.tool_calls) if wire.calls in IN_CONTENT and r.tool_calls
+             else '')
     return before, ('\n' if after and r.content else '') + after
 
 # %% ../../nbs/12_modelserver.ipynb #7c2d9e41
-def _native(r:LLMResponse, wire:Wire) -> bool: return bool(r.tool_calls) and wire.calls not in IN_CONTENT
+def _native(r:LLMResponse, wire:Wire) -> bool:
+    return bool(r.tool_calls) and wire.calls not in IN_CONTENT
 
 def _tool_call_json(tc:ToolCall, i:int, as_object:bool=False) -> dict:
     raw = set(tc.args) == {'_raw'}
     args = tc.args if as_object and not raw else _arguments(tc.args)
-    return {'id': tc.id or f'call_{i}', 'type': 'function', 'function': {'name': tc.tool, 'arguments': args}}
+    return {'id': tc.id or f'call_{i}', 'type': 'function',
+            'function': {'name': tc.tool, 'arguments': args}}
 
 def wire_message(r:LLMResponse, wire:Wire=Wire()) -> dict:
     "The assistant message of `r` as `wire` writes it."
@@ -127,16 +142,20 @@ def _finish(r:LLMResponse, wire:Wire) -> str:
 def _usage_json(r:LLMResponse, wire:Wire=Wire()) -> dict:
     "The usage block, with reasoning tokens when the reasoning goes in a field of its own."
     reasoning = _reasoning_of(r, wire)
-    c = r.completion_tokens + (count_tokens(reasoning) if reasoning and not r.reasoning else 0)  # + server's own
-    u = {'prompt_tokens': r.prompt_tokens, 'completion_tokens': c, 'total_tokens': r.prompt_tokens + c}
+    # + server's own
+    c = r.completion_tokens + (count_tokens(reasoning) if reasoning and not r.reasoning else 0)
+    u = {'prompt_tokens': r.prompt_tokens, 'completion_tokens': c,
+         'total_tokens': r.prompt_tokens + c}
     if wire.reasoning == 'field':
         u['completion_tokens_details'] = {'reasoning_tokens': r.reasoning_tokens or count_tokens(reasoning)}
     return u
 
 def completion_json(r:LLMResponse, model:str, id:str='chatcmpl-0', wire:Wire=Wire()) -> dict:
     "An `LLMResponse` as an OpenAI `chat.completion` body, written as `wire` says."
-    choice = {'index': 0, 'message': wire_message(r, wire), 'finish_reason': _finish(r, wire), 'logprobs': None}
-    body = {'id': id, 'object': 'chat.completion', 'created': int(time.time()), 'model': model, 'choices': [choice]}
+    choice = {'index': 0, 'message': wire_message(r, wire), 'finish_reason': _finish(r, wire),
+              'logprobs': None}
+    body = {'id': id, 'object': 'chat.completion', 'created': int(time.time()), 'model': model,
+            'choices': [choice]}
     if wire.usage: body['usage'] = _usage_json(r, wire)
     return body
 
@@ -150,46 +169,56 @@ def _dumps(x) -> str:
 
 def _chunk(id:str, model:str, delta:dict|None, finish:str|None=None, usage:dict|None=None) -> dict:
     "One `chat.completion.chunk` (no choices when `delta` is None, as in the final usage chunk)."
-    choices = [] if delta is None else [{'index': 0, 'delta': delta, 'finish_reason': finish, 'logprobs': None}]
-    return {'id': id, 'object': 'chat.completion.chunk', 'created': int(time.time()), 'model': model,
-            'choices': choices, 'usage': usage}
+    choices = [] if delta is None else [{'index': 0, 'delta': delta, 'finish_reason': finish,
+                                         'logprobs': None}]
+    return {'id': id, 'object': 'chat.completion.chunk', 'created': int(time.time()),
+            'model': model, 'choices': choices, 'usage': usage}
 
 def _pieces(s:str, n:int=8) -> list[str]: return [s[i:i+n] for i in range(0, len(s), n)] or ['']
 
 def _tool_call_deltas(calls:list[ToolCall], as_object:bool=False) -> list[dict]:
-    "Tool calls as streamed deltas: id and name first, then the arguments in pieces (or whole, as an object)."
+    ("Tool calls as streamed deltas: id and name first, then the arguments in pieces (or "
+     "whole, as an object).")
     out = []
     for i, tc in enumerate(calls):
         head = _tool_call_json(tc, i, as_object)
         args = head['function']['arguments']
-        out.append({'tool_calls': [{**head, 'index': i, 'function': {'name': tc.tool, 'arguments': ''}}]})
+        out.append({'tool_calls': [{**head, 'index': i,
+                                    'function': {'name': tc.tool, 'arguments': ''}}]})
         pieces = [args] if isinstance(args, dict) else _pieces(args)
         out += [{'tool_calls': [{'index': i, 'function': {'arguments': p}}]} for p in pieces]
     return out
 
 # %% ../../nbs/12_modelserver.ipynb #9f2c6b70
 def _after_stream(r:LLMResponse, wire:Wire, held:list[str]) -> list[dict]:
-    "The deltas once the backing model is done: reasoning, held content, calls written as text, native calls."
+    ("The deltas once the backing model is done: reasoning, held content, calls written "
+     "as text, native calls.")
     before, after = _around(r, wire)
     out = [{'reasoning_content': p} for p in _pieces(_reasoning_of(r, wire))] if wire.reasoning == 'field' else []
     out += [{'content': p} for p in [*_pieces(before), *held, *_pieces(after)] if p]
-    return out + (_tool_call_deltas(r.tool_calls, wire.calls == 'object') if _native(r, wire) else [])
+    return out + (_tool_call_deltas(r.tool_calls, wire.calls == 'object') if _native(r, wire)
+                  else [])
 
 # %% ../../nbs/12_modelserver.ipynb #9f2c6b71
 async def _stream_events(llm:ChatModel, req:ChatRequest, model:str, id:str, wire:Wire=Wire()) -> AsyncIterator[dict]:
     "The SSE events of a streamed answer from `llm`, written as `wire` says."
     data = lambda delta, **kw: {'data': _dumps(_chunk(id, model, delta, **kw))}
     yield data({'role': 'assistant', 'content': ''})
-    final, held, live = None, [], not wire.reasoning  # reasoning goes first: then the content waits for it
+    # reasoning goes first: then the content waits for it
+    final = None
+    held = []
+    live = not wire.reasoning
     try:
-        async for item in iterate_in_threadpool(llm.stream(req.messages, tools=req.tools, json_mode=req.json_mode,
+        async for item in iterate_in_threadpool(llm.stream(req.messages, tools=req.tools,
+                                                           json_mode=req.json_mode,
                                                            temperature=req.temperature)):
             if isinstance(item, LLMResponse): final = item
             elif item and live: yield data({'content': item})
             elif item: held.append(item)
         if final is None: raise RuntimeError('the stream ended without a response')
     except Exception as e:
-        yield {'data': _dumps({'error': {'message': f'The backing model failed: {type(e).__name__}: {e}',
+        yield {'data': _dumps({'error': {'message': 'The backing model failed: '
+                                                    f'{type(e).__name__}: {e}',
                                          'type': 'server_error'}})}
         return
     for d in _after_stream(final, wire, held): yield data(d)
@@ -205,7 +234,9 @@ _MALFORMED = ('{"id": "chatcmpl-broken", "object": "chat.completion", "choices":
 class _Faults:
     "The faults an app still has to inject: error statuses in order, then malformed bodies."
     def __init__(self, errors:list[int], malformed:int):
-        self.errors, self.malformed, self._lock = list(errors), malformed, threading.Lock()
+        self.errors = list(errors)
+        self.malformed = malformed
+        self._lock = threading.Lock()
 
     def next(self) -> int|str|None:
         "The fault for the next request: a status code, 'malformed', or None."
@@ -219,15 +250,18 @@ class _JSON(JSONResponse):
     "A JSON response whose body always encodes, whatever strings it holds."
     def render(self, content) -> bytes: return _dumps(content).encode('utf-8')
 
-_ERROR_TYPES = {401: 'authentication_error', 408: 'invalid_request_error', 413: 'invalid_request_error',
-                429: 'rate_limit_error'}
+_ERROR_TYPES = {401: 'authentication_error', 408: 'invalid_request_error',
+                413: 'invalid_request_error', 429: 'rate_limit_error'}
 
-def error_response(status:int, message:str, retry_after:float|None=None, retry:bool|None=None) -> JSONResponse:
-    "An OpenAI-style error response; `retry_after` adds Retry-After headers, `retry` the SDK's x-should-retry."
+def error_response(status:int, message:str, retry_after:float|None=None,
+                   retry:bool|None=None) -> JSONResponse:
+    ("An OpenAI-style error response; `retry_after` adds Retry-After headers, `retry` the "
+     "SDK's x-should-retry.")
     kind = _ERROR_TYPES.get(status, 'server_error' if status >= 500 else 'invalid_request_error')
     headers = {}
     if retry_after is not None:
-        headers = {'retry-after': str(math.ceil(retry_after)), 'retry-after-ms': str(int(retry_after * 1000))}
+        headers = {'retry-after': str(math.ceil(retry_after)),
+                   'retry-after-ms': str(int(retry_after * 1000))}
     if retry is not None: headers['x-should-retry'] = str(retry).lower()
     body = {'error': {'message': message, 'type': kind, 'param': None, 'code': str(status)}}
     return _JSON(body, status_code=status, headers=headers)
@@ -242,13 +276,16 @@ async def _body_pieces(request:Request, limit:int, too_large) -> bytes|Response:
 
 async def _read_body(request:Request, limit:int, # bytes at most
                      timeout:float=10.0) -> bytes|Response: # seconds the whole body may take to arrive
-    "The request body; a 413 as soon as it is, or says it will be, larger than `limit`, a 408 if it is not sent in time."
-    too_large = lambda: error_response(413, f'The request body is larger than {limit} bytes; send less.')
+    ("The request body; a 413 as soon as it is, or says it will be, larger than `limit`, a 408 if "
+     "it is not sent in time.")
+    too_large = lambda: error_response(413, 'The request body is larger than '
+                                            f'{limit} bytes; send less.')
     length = request.headers.get('content-length', '')
     if length.isdigit() and int(length) > limit: return too_large()
     try: return await asyncio.wait_for(_body_pieces(request, limit, too_large), timeout)
     except asyncio.TimeoutError:
-        return error_response(408, f'The request body did not arrive within {timeout:g} s; send it whole.')
+        return error_response(408, 'The request body did not arrive within '
+                                   f'{timeout:g} s; send it whole.')
 
 def _chat_request(body:bytes) -> ChatRequest|Response:
     "The chat request in `body`, or a 400 that says what is wrong with it."
@@ -257,7 +294,8 @@ def _chat_request(body:bytes) -> ChatRequest|Response:
         return error_response(400, f'Invalid request: the body is not JSON ({e}).')
     try: return ChatRequest.model_validate(encodable(data))
     except (ValueError, RecursionError) as e:
-        errs = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in getattr(e, 'errors', list)()][:3]
+        errs = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}"
+                for x in getattr(e, 'errors', list)()][:3]
         return error_response(400, f"Invalid request: {'; '.join(errs) or e}")
 
 # %% ../../nbs/12_modelserver.ipynb #6275d3de
@@ -272,14 +310,22 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
              max_body:int=8 * 2**20,      # bytes; a larger request body gets 413
              body_timeout:float=10.0,     # seconds a request body may take to arrive; a slower one gets 408
             ) -> FastAPI:
-    "An OpenAI-compatible FastAPI app serving `llm`, with optional injected latency, errors and malformed bodies."
+    ("An OpenAI-compatible FastAPI app serving `llm`, with optional injected latency, errors "
+     "and malformed bodies.")
     app = FastAPI(title='reach_nb local model server', docs_url=None, redoc_url=None)
     s = app.state
-    s.llm, s.wire, s.faults, s.ids = llm, wire_format(wire), _Faults(errors or [], malformed), itertools.count(1)
+    s.llm = llm
+    s.wire = wire_format(wire)
+    s.faults = _Faults(errors or [], malformed)
+    s.ids = itertools.count(1)
     s.requests = collections.deque(maxlen=keep_requests)
-    s.latency, s.model_name, s.retry_after, s.max_body = latency, model_name, retry_after, max_body
+    s.latency = latency
+    s.model_name = model_name
+    s.retry_after = retry_after
+    s.max_body = max_body
     s.body_timeout = body_timeout
-    app.add_exception_handler(HTTPException, lambda req, e: error_response(e.status_code, str(e.detail)))
+    app.add_exception_handler(HTTPException,
+                              lambda req, e: error_response(e.status_code, str(e.detail)))
     app.add_exception_handler(Exception, lambda req, e: error_response(500, f'The local model server failed: '
                                                                         f'{type(e).__name__}: {e}', retry=False))
     app.add_api_route('/v1/models', _models, methods=['GET'])
@@ -289,8 +335,8 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
 # %% ../../nbs/12_modelserver.ipynb #2b9d0e64
 async def _models(request:Request):
     s = request.app.state
-    return {'object': 'list', 'data': [{'id': s.model_name or s.llm.name, 'object': 'model', 'created': 0,
-                                        'owned_by': 'reach_nb'}]}
+    return {'object': 'list', 'data': [{'id': s.model_name or s.llm.name, 'object': 'model',
+                                        'created': 0, 'owned_by': 'reach_nb'}]}
 
 async def _chat_completions(request:Request) -> Response:
     s = request.app.state
@@ -299,22 +345,29 @@ async def _chat_completions(request:Request) -> Response:
     if isinstance(req, Response): return req
     s.requests.append(req.model_dump(exclude_none=True))
     if s.latency: await asyncio.sleep(s.latency)
-    fault, model, id = s.faults.next(), s.model_name or req.model or s.llm.name, f'chatcmpl-{next(s.ids)}'
+    fault = s.faults.next()
+    model = s.model_name or req.model or s.llm.name
+    id = f'chatcmpl-{next(s.ids)}'
     if isinstance(fault, int):
-        return error_response(fault, f'Injected HTTP {fault} from the reach_nb local model server.', s.retry_after)
+        return error_response(fault, f'Injected HTTP {fault} from the reach_nb local model server.',
+                              s.retry_after)
     if req.stream:
         events = _malformed_events() if fault else _stream_events(s.llm, req, model, id, s.wire)
         return EventSourceResponse(events, ping=600, headers=label_headers(s.llm))
     if fault: return Response(_MALFORMED, media_type='application/json')
-    try: r = await s.llm.achat(req.messages, tools=req.tools, json_mode=req.json_mode, temperature=req.temperature)
-    except Exception as e: return error_response(500, f'The backing model failed: {type(e).__name__}: {e}', retry=False)
+    try: r = await s.llm.achat(req.messages, tools=req.tools, json_mode=req.json_mode,
+                               temperature=req.temperature)
+    except Exception as e:
+        return error_response(500, f'The backing model failed: {type(e).__name__}: {e}',
+                              retry=False)
     return _JSON(completion_json(r, model, id, s.wire), headers=label_headers(s.llm))
 
 # %% ../../nbs/12_modelserver.ipynb #4f9e2c71
 SIMULATED_HEADER = 'x-reach-simulated'
 
 def label_headers(llm) -> dict:
-    "A header saying the answers come from a simulated stand-in (when `llm.meta` says so), for clients to label traces."
+    ("A header saying the answers come from a simulated stand-in (when `llm.meta` says so), for "
+     "clients to label traces.")
     meta = getattr(llm, 'meta', None) or {}
     if not meta.get('simulated'): return {}
     return {SIMULATED_HEADER: str(meta.get('simulated_note', 'simulated')).encode('ascii', 'replace').decode()}
@@ -327,18 +380,21 @@ async def _malformed_events():
 def listening(host:str='127.0.0.1', # the address to listen on
               port:int=0, # 0: a free port
              ) -> socket.socket:
-    "A TCP socket bound to `host`:`port` and listening; an `OSError` if it can't be (the port is taken, no such host)."
+    ("A TCP socket bound to `host`:`port` and listening; an `OSError` if it can't be (the port is "
+     "taken, no such host).")
     sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms wait for the ack of each reply
+        # no 40 ms wait for the ack of each reply
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(2048)
     except BaseException: sock.close(); raise
     return sock
 
 def base_url_of(sock:socket.socket) -> str:
-    "The base URL a client uses for a server on `sock` (on this machine when it listens on every address)."
+    ("The base URL a client uses for a server on `sock` (on this machine when it "
+     "listens on every address).")
     host, port = sock.getsockname()[:2]
     host = {'0.0.0.0': '127.0.0.1', '::': '::1'}.get(host, host)
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
@@ -350,7 +406,9 @@ class ModelServer:
                  host:str='127.0.0.1',
                  port:int=0,        # 0: a free port, chosen when the server starts
                  **make_app_kw):    # latency, errors, malformed, model_name, retry_after, wire... (see `make_app`)
-        self.app, self.host, self.port = make_app(llm, **make_app_kw), host, port
+        self.app = make_app(llm, **make_app_kw)
+        self.host = host
+        self.port = port
         self._server = self._thread = self._sock = None
 
     @property
@@ -363,8 +421,8 @@ class ModelServer:
         cfg = uvicorn.Config(self.app, log_level='warning', access_log=False, lifespan='off',
                              timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(cfg)
-        self._thread = threading.Thread(target=self._server.run, kwargs={'sockets': [self._sock]}, daemon=True,
-                                        name=f'reach-modelserver-{self.port}')
+        self._thread = threading.Thread(target=self._server.run, kwargs={'sockets': [self._sock]},
+                                        daemon=True, name=f'reach-modelserver-{self.port}')
         self._thread.start()
         self._wait_started(timeout)
         return self
@@ -376,7 +434,8 @@ def _wait_started(self:ModelServer, timeout:float):
     while not self._server.started:
         if not self._thread.is_alive() or time.monotonic() > deadline:
             self.stop()
-            raise RuntimeError(f"The local model server did not start on {self.host}:{self.port} within {timeout}s.")
+            raise RuntimeError("The local model server did not start on "
+                               f"{self.host}:{self.port} within {timeout}s.")
         time.sleep(0.01)
 
 @patch
@@ -392,7 +451,8 @@ def __enter__(self:ModelServer): return self.start()
 @patch
 def __exit__(self:ModelServer, *exc): self.stop()
 @patch
-def __repr__(self:ModelServer): return f"ModelServer({self.app.state.llm!r}, base_url={self.base_url!r})"
+def __repr__(self:ModelServer):
+    return f"ModelServer({self.app.state.llm!r}, base_url={self.base_url!r})"
 
 # %% ../../nbs/12_modelserver.ipynb #2931f78c
 def _said(line:str): print(line, flush=True)
@@ -411,7 +471,8 @@ def parse_errors(errors:str) -> list[int]:
     "Status codes from a comma-separated list such as '429,500'."
     codes = [c for c in re.split(r'[,\s]+', errors.strip()) if c]
     bad = [c for c in codes if not (c.isdigit() and 400 <= int(c) <= 599)]
-    if bad: raise ValueError(f"errors must be HTTP error statuses separated by commas, e.g. '429,500'; got {bad}.")
+    if bad: raise ValueError("errors must be HTTP error statuses separated by commas, e.g. "
+                             f"'429,500'; got {bad}.")
     return [int(c) for c in codes]
 
 def serve_model_cli(model:str='echo',       # a model spec for `get_model`: echo, scripted:<file.json>, replay:<file>...
@@ -424,6 +485,6 @@ def serve_model_cli(model:str='echo',       # a model spec for `get_model`: echo
                     wire:str='openai',      # how answers are written: a name in `WIRES`, or several joined by '+'
                     sock:socket.socket|None=None): # a socket from `listening`, instead of host and port
     "Serve a model by name, with optional faults and wire format (the `reach serve-model` command)."
-    kw = dict(latency=latency, errors=parse_errors(errors), malformed=malformed, retry_after=retry_after,
-              wire=wire_format(wire))
+    kw = dict(latency=latency, errors=parse_errors(errors), malformed=malformed,
+              retry_after=retry_after, wire=wire_format(wire))
     serve(get_model(model), host=host, port=port, sock=sock, **kw)

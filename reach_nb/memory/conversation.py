@@ -23,14 +23,18 @@ __all__ = ['FARM_STEP', 'FARM_CHANNEL', 'BENCH_POLICIES', 'MAX_QUESTION', 'MAX_A
            'conversation_note', 'agent_chat']
 
 # %% ../../nbs/32_memory.ipynb #31189a15
-_TASK = ("task_0007 'weekly review 2026-06-24..2026-06-30' done: procedure proc_0003 'weekly review' on transactions\n"
-         "window 2026-06-24..2026-06-30 (7 days) vs baseline 2026-05-27..2026-06-23 (28 days); filters: none")
-FARM_STEP, FARM_CHANNEL = 3, 'c07'  # the result that holds the fact the benchmark's question needs, and the fact
+_TASK = ("task_0007 'weekly review 2026-06-24..2026-06-30' done: procedure proc_0003 'weekly "
+         "review' on transactions\nwindow 2026-06-24..2026-06-30 (7 days) vs baseline "
+         "2026-05-27..2026-06-23 (28 days); filters: none")
+# the result that holds the fact the benchmark's question needs, and the fact
+FARM_STEP = 3
+FARM_CHANNEL = 'c07'
 
 def _table(i:int, n:int=14) -> list[str]:
     "A sharing table of `n` devices, the same for the same `i`."
     r = random.Random(i)
-    head = ['| muid | users | txns | amount_cny | avg_cny | channels | top_channel | top_game |', '|' + '---|' * 8]
+    head = ['| muid | users | txns | amount_cny | avg_cny | channels | top_channel | top_game |',
+            '|' + '---|' * 8]
     return head + [f"| m{r.getrandbits(32):08x} | {r.randint(20, 260)} | {r.randint(30, 3100):,} | "
                    f"{r.randint(5_000, 700_000):,} | {r.randint(80, 240)} | {r.randint(1, 3)} | "
                    f"c{r.randint(1, 10):02d} | g{r.randint(1, 6):02d} |" for _ in range(n)]
@@ -38,34 +42,40 @@ def _table(i:int, n:int=14) -> list[str]:
 def review_result(item:int): # which result of the task to read: 1, 2, ...
     "Read one result of the weekly review task (device sharing in one game)."
     game = f'g0{item % 6 + 1}'
-    line = (f"device farm found: 3 devices shared by 780 accounts, all paying through channel {FARM_CHANNEL}"
-            if item == FARM_STEP else f"{4 + item % 5} muid values were used by ≥ 20 accounts in {game}; "
+    line = ("device farm found: 3 devices shared by 780 accounts, all paying through "
+            f"channel {FARM_CHANNEL}"
+            if item == FARM_STEP else f"{4 + item % 5} muid values were used by ≥ 20 "
+                                      f"accounts in {game}; "
             "none pays through one channel only")
-    return '\n'.join([_TASK, f"[{item}] sharing(entity='muid', min_users=20, game_id='{game}')", line, *_table(item),
-                      '(rows: 14 of 21)'])
+    return '\n'.join([_TASK, f"[{item}] sharing(entity='muid', min_users=20, game_id='{game}')",
+                      line, *_table(item), '(rows: 14 of 21)'])
 
 # %% ../../nbs/32_memory.ipynb #42d17dd0
 _FARM = re.compile(r'device farm found: [^\n]*? through channel (c\d+)')
 
 def _reader(steps:int, sent:list):
-    "A model that reads results 1..`steps`, then answers from the device-farm line in its prompt, if it is there."
+    ("A model that reads results 1..`steps`, then answers from the device-farm line in its "
+     "prompt, if it is there.")
     def reply(messages, **kw):
         sent.append((count_message_tokens(messages), len(messages)))
         if len(sent) <= steps:
             return json.dumps({'thought': f'Read result {len(sent)}.',
                                'action': {'tool': 'review_result', 'args': {'item': len(sent)}}})
         m = _FARM.search('\n'.join(str(x.get('content') or '') for x in messages))
-        return json.dumps({'thought': 'Enough.', 'answer': f'channel {m[1]}' if m else 'not found in what I can see'})
+        return json.dumps({'thought': 'Enough.',
+                           'answer': f'channel {m[1]}' if m else 'not found in what I can see'})
     return reply
 
 def context_run(policy, steps:int=30) -> dict:
-    "One benchmark run under `policy`: prompt tokens and messages per call, the answer, whether it is right, the run."
+    ("One benchmark run under `policy`: prompt tokens and messages per call, the answer, whether "
+     "it is right, the run.")
     sent, policy = [], get_policy(policy)
-    agent = ReActAgent(FunctionLLM(_reader(steps, sent), 'bench-reader'), ToolRegistry([review_result], timeout=None),
+    agent = ReActAgent(FunctionLLM(_reader(steps, sent), 'bench-reader'),
+                       ToolRegistry([review_result], timeout=None),
                        max_steps=steps + 2, context=policy)
     run = agent.run('Which channel did the device farm pay through?')
-    return dict(policy=policy, tokens=[t for t, _ in sent], messages=[m for _, m in sent], answer=run.answer,
-                right=run.answer == f'channel {FARM_CHANNEL}', run=run)
+    return dict(policy=policy, tokens=[t for t, _ in sent], messages=[m for _, m in sent],
+                answer=run.answer, right=run.answer == f'channel {FARM_CHANNEL}', run=run)
 
 # %% ../../nbs/32_memory.ipynb #cb9f1aef
 BENCH_POLICIES = ('full', 'window', 'layered', {'name': 'layered', 'summaries': 500})
@@ -86,17 +96,23 @@ def bench_context(steps:int=30, # tool steps before the answer
                   policies=BENCH_POLICIES, # context policies (specs or objects), run side by side
                   at=(1, 5, 10, 15, 20, 25, 30), # the steps whose prompt sizes are printed
                   out=print) -> list[dict]: # where the table goes
-    "Prompt tokens per call over a long run under each policy, as a table; and whether each still answers right."
-    rows, at = [context_run(p, steps) for p in policies], sorted({i for i in at if i <= steps} | {steps})
+    ("Prompt tokens per call over a long run under each policy, as a table; and whether each "
+     "still answers right.")
+    rows = [context_run(p, steps) for p in policies]
+    at = sorted({i for i in at if i <= steps} | {steps})
     w = max(len(_label(r['policy'])) for r in rows) + 2
-    out(f"Prompt tokens per call: {steps} tool steps (results of ~1,300 chars), then the answer, which needs a fact "
-        f"from step {FARM_STEP}.")
+    out(f"Prompt tokens per call: {steps} tool steps (results of ~1,300 chars), then the answer, "
+        f"which needs a fact from step {FARM_STEP}.")
     out(f"{'policy':<{w}}" + ''.join(f'{f"step {i}":>8}' for i in at) + f"{'answer':>9}{'msgs':>7}  answer right?")
     for r in rows: out(_row(r, at, w))
     return rows
 
 # %% ../../nbs/32_memory.ipynb #2823c664
-MAX_QUESTION, MAX_ANSWER, MAX_FACTS, MAX_FACT = 1000, 1500, 6, 200  # per earlier turn: characters, and facts kept
+# per earlier turn: characters, and facts kept
+MAX_QUESTION = 1000
+MAX_ANSWER = 1500
+MAX_FACTS = 6
+MAX_FACT = 200
 
 def facts_found(run:Run, n:int=MAX_FACTS, limit:int=MAX_FACT) -> list[str]:
     "One summary per step whose calls found something; with more than `n`, the first and last ones."
@@ -106,11 +122,13 @@ def facts_found(run:Run, n:int=MAX_FACTS, limit:int=MAX_FACT) -> list[str]:
     return [*facts[:n // 2], f'… ({len(facts) - n} more)', *facts[len(facts) - (n - n // 2):]]
 
 def turn_messages(run:Run) -> list[dict]:
-    "An earlier run as two messages: its question, then its answer with the facts it found (all capped)."
+    ("An earlier run as two messages: its question, then its answer with the facts "
+     "it found (all capped).")
     facts = facts_found(run)
     found = '\n\nFacts found:\n' + '\n'.join(f'- {f}' for f in facts) if facts else ''
     return [{'role': 'user', 'content': clip(run.question, MAX_QUESTION, fold=False)},
-            {'role': 'assistant', 'content': (clip(run.answer, MAX_ANSWER, fold=False) or '(no answer)') + found}]
+            {'role': 'assistant',
+             'content': (clip(run.answer, MAX_ANSWER, fold=False) or '(no answer)') + found}]
 
 # %% ../../nbs/32_memory.ipynb #a2c693a8
 def history(runs:list[Run], # the earlier runs of the conversation, oldest first
@@ -119,7 +137,8 @@ def history(runs:list[Run], # the earlier runs of the conversation, oldest first
     "The messages of the earlier turns that `policy` keeps, and how many turns it leaves out."
     turns = [turn_messages(r) for r in runs]
     if isinstance(policy, Window): kept = turns[-policy.k:] if policy.k else []
-    elif isinstance(policy, Layered): kept = newest_fitting(turns, int(policy.budget * share), count_message_tokens)
+    elif isinstance(policy, Layered): kept = newest_fitting(turns, int(policy.budget * share),
+                                                            count_message_tokens)
     else: kept = turns
     return [m for t in kept for m in t], len(turns) - len(kept)
 
@@ -128,32 +147,46 @@ def session_head(agent:ReActAgent, question:str, # the agent, and the new questi
                  earlier:list[Run]=(), # the conversation's earlier runs that count as turns
                  memory_block:str='', # recalled long-term memories, added to the system prompt
                  share:float=0.25) -> list[dict]: # of a layered policy's budget, for the history
-    "System prompt (and recalled memories), the earlier turns the agent's policy keeps, then the question."
-    system = system_prompt(agent.tools, agent.system, agent.dialect, question=question, background=agent.background)
+    ("System prompt (and recalled memories), the earlier turns the agent's policy "
+     "keeps, then the question.")
+    system = system_prompt(agent.tools, agent.system, agent.dialect, question=question,
+                           background=agent.background)
     msgs, gone = history(list(earlier), agent.context, share)
-    note = f"\n\n({gone} earlier turn{'s' * (gone != 1)} of this conversation not shown.)" if gone else ''
-    return [{'role': 'system', 'content': system + (f'\n\n{memory_block}' if memory_block else '')}, *msgs,
-            {'role': 'user', 'content': question + note}]
+    note = (f"\n\n({gone} earlier turn{'s' * (gone != 1)} of this conversation not shown.)" if gone
+            else '')
+    return [{'role': 'system', 'content': system + (f'\n\n{memory_block}' if memory_block else '')},
+            *msgs, {'role': 'user', 'content': question + note}]
 
 # %% ../../nbs/32_memory.ipynb #8f75140e
 class Session:
-    "One conversation with an agent: each `ask` is a run whose head holds the earlier turns, as its policy keeps them."
-    share, recall_k, memory_chars = 0.25, 5, 1200  # history share of a layered budget; memories recalled, their chars
+    ("One conversation with an agent: each `ask` is a run whose head holds the earlier turns, as "
+     "its policy keeps them.")
+    # history share of a layered budget; memories recalled, their chars
+    share = 0.25
+    recall_k = 5
+    memory_chars = 1200
     def __init__(self, agent:ReActAgent, # the agent that answers
                  session_id:str|None=None, # the conversation's id; default a new one
                  store:SessionStore|None=None, # where runs are recorded; its earlier runs of `session_id` are loaded
                  memory:LongTermMemory|None=None, # recalled into each new head; key events written after each run
                  labels:dict|None=None): # labels for each run's meta, e.g. how to make the agent again
-        self.agent, self.store, self.memory, self.labels = agent, store, memory, dict(labels or {})
+        self.agent = agent
+        self.store = store
+        self.memory = memory
+        self.labels = dict(labels or {})
         self.session_id = session_id or uuid.uuid4().hex[:12]
-        self.runs, self.learned, self._kept = [], [], set()
+        self.runs = []
+        self.learned = []
+        self._kept = set()
         if store is not None: self._load()
     def __repr__(self):
-        return f"Session({self.session_id!r}, {len(self.runs)} runs, {getattr(self.agent, 'context', None)!r})"
+        return (f"Session({self.session_id!r}, {len(self.runs)} runs, "
+                f"{getattr(self.agent, 'context', None)!r})")
 
     @property
     def turns(self) -> list[Run]:
-        "The runs that count as earlier turns: finished, not waiting for the user, not forks of another run."
+        ("The runs that count as earlier turns: finished, not waiting for the user, not "
+         "forks of another run.")
         return [r for r in self.runs if r.stop_reason not in (None, 'needs_input') and 'fork_step' not in r.meta]
 
     @property
@@ -172,13 +205,15 @@ def _load(self:Session):
 
 @patch
 def recalled(self:Session, question:str) -> str:
-    "The long-term memories that bear on `question`, as a capped block ('' without memory or matches)."
+    ("The long-term memories that bear on `question`, as a capped block ('' "
+     "without memory or matches).")
     if self.memory is None: return ''
     return self.memory.render(self.memory.recall(question, self.recall_k), self.memory_chars)
 
 @patch
 def head(self:Session, question:str) -> list[dict]:
-    "The head of the next run: system prompt with recalled memories, the earlier turns the policy keeps, the question."
+    ("The head of the next run: system prompt with recalled memories, the earlier turns the policy "
+     "keeps, the question.")
     return session_head(self.agent, question, self.turns, self.recalled(question), self.share)
 
 # %% ../../nbs/32_memory.ipynb #bfb5de94
@@ -201,8 +236,10 @@ def conversation_note(earlier:list[Run], # the conversation's earlier turns
                       memory_block:str='', # recalled long-term memories
                       turns:int=4, # the last turns told at most
                       chars:int=600) -> str: # each question and answer cut to this
-    "The conversation so far as a few lines of background, for an agent that takes no conversation head."
-    said = [f"- asked: {clip(r.meta.get('user_message') or r.question, chars)}\n  answered: {clip(r.answer or '', chars)}"
+    ("The conversation so far as a few lines of background, for an agent that takes "
+     "no conversation head.")
+    said = [f"- asked: {clip(r.meta.get('user_message') or r.question, chars)}\n  answered: "
+            f"{clip(r.answer or '', chars)}"
             for r in earlier[-turns:]]
     parts = (["Earlier in this conversation:", *said] if said else []) + ([memory_block] if memory_block else [])
     return '\n'.join(parts)
@@ -216,7 +253,8 @@ def _head_of(self:Session, question:str) -> list[dict]|None:
 
 @patch
 def _told(self:Session, question:str):
-    "The agent for the next turn: itself, or for one that takes no head a copy told the conversation so far."
+    ("The agent for the next turn: itself, or for one that takes no head a copy told the "
+     "conversation so far.")
     if _takes_head(self.agent) or not hasattr(self.agent, 'background'): return self.agent
     note = conversation_note(self.turns, self.recalled(question))
     if not note: return self.agent
@@ -227,7 +265,8 @@ def _told(self:Session, question:str):
 # %% ../../nbs/32_memory.ipynb #7e9488f4
 @patch
 def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
-    "The paused run carried on with the user's reply: a new run, recorded after the one it continues."
+    ("The paused run carried on with the user's reply: a new run, recorded after "
+     "the one it continues.")
     own = getattr(self.agent, 'reply', None)  # ReAct's; every other architecture through the kernel
     events = _tagged(own(paused, text) if own else reply_events(self.agent, paused, text), **meta)
     if self.store is None: return _folded(events, on_event)
@@ -238,13 +277,18 @@ def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
 @patch
 def ask(self:Session, message:str, # the next question, or the reply the last run waits for
         on_event=None) -> Run: # called with each event as it happens (once stored, with a store)
-    "Run the next turn of the conversation to its end; with a store, each event is recorded as it happens."
-    meta = {**self.labels, 'session_id': self.session_id, 'user_message': clip(message, MAX_QUESTION, fold=False)}
-    paused, agent, head = self.pending, self._told(message), self._head_of(message)
+    ("Run the next turn of the conversation to its end; with a store, each event is "
+     "recorded as it happens.")
+    meta = {**self.labels, 'session_id': self.session_id,
+            'user_message': clip(message, MAX_QUESTION, fold=False)}
+    paused = self.pending
+    agent = self._told(message)
+    head = self._head_of(message)
     if paused is not None: run = self._reply(paused, message, meta, on_event)
     elif self.store is not None:
         run = record(self.store, agent, message, self.session_id, head, meta, on_event=on_event)
-    else: run = _folded(agent.stream(message, meta=meta, **({'head': head} if head else {})), on_event)
+    else: run = _folded(agent.stream(message, meta=meta, **({'head': head} if head else {})),
+                        on_event)
     self.runs.append(run)
     if self.memory is not None: self._learn()  # defined below
     return run
@@ -254,7 +298,8 @@ def agent_chat(agent:ReActAgent, message:str, # the agent, and the user's next m
                session_id:str='default', # the conversation
                store:SessionStore|None=None, # where its runs are recorded (and loaded from, the first time)
                memory:LongTermMemory|None=None) -> Run: # long-term memory for the conversation
-    "What `ReActAgent.chat` does: ask within the conversation `session_id`, its `Session` kept on the agent."
+    ("What `ReActAgent.chat` does: ask within the conversation `session_id`, its "
+     "`Session` kept on the agent.")
     sessions = agent.__dict__.setdefault('sessions', {})
     s = sessions.get(session_id)
     if s is None or (store is not None and s.store is not store) or (memory is not None and s.memory is not memory):
@@ -267,7 +312,8 @@ def _learn(self:Session) -> list:
     "Write the conversation's new key events to long-term memory; return them."
     if self.memory is None: return []
     runs = [r for r in self.runs if 'fork_step' not in r.meta]
-    said, answers = [r.meta.get('user_message') or r.question for r in runs], [r.answer or '' for r in runs]
+    said = [r.meta.get('user_message') or r.question for r in runs]
+    answers = [r.answer or '' for r in runs]
     new = [e for e in key_events(said, answers) if e.text not in self._kept]
     self.memory.remember(new, session_id=self.session_id)
     self._kept |= {e.text for e in new}; self.learned += new

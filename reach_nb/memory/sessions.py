@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 from fastcore.basics import patch
 from pydantic import BaseModel, Field
 from ..config import load_settings, resolve_path
-from ..core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart, ToolCall, ToolEnd,
+from ..core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd,
+                           StepStart, ToolCall, ToolEnd,
                            ToolStart, Usage, UserError, event_from_json)
 from ..agents.kernel import Calls, Diverged, cancellable, carry_on, fork_events, rewired, watched
 from ..tools import ToolRegistry
@@ -27,25 +28,33 @@ __all__ = ['MAX_EVENT_BYTES', 'MAX_META_BYTES', 'MAX_QUESTION_CHARS', 'MAX_ID_CH
 # %% ../../nbs/30_sessions.ipynb #cfa01af0
 MAX_EVENT_BYTES = 1_000_000  # an event above this is stored cut, never refused
 MAX_META_BYTES = 65_536  # a run's meta
-MAX_QUESTION_CHARS = 20_000  # the question in a run's info (the whole question is in its run_start event)
+# the question in a run's info (the whole question is in its run_start event)
+MAX_QUESTION_CHARS = 20_000
 MAX_ID_CHARS = 200  # session ids
 
 def _clean(s:str) -> str:
     "`s` with lone surrogates (which UTF-8 cannot encode) replaced."
     try: s.encode('utf-8'); return s
-    except UnicodeEncodeError: return s.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace')
+    except UnicodeEncodeError:
+        return s.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace')
 
 def _cut(s:str, n:int) -> str:
-    s, n = _clean(s), max(n, 32)  # at least 32: an event's type and other short literals are never cut
+    # at least 32: an event's type and other short literals are never cut
+    s = _clean(s)
+    n = max(n, 32)
     return s if len(s) <= n else f"{s[:n]}… [cut by the session store: {len(s):,} chars]"
 
 def _shrink(v, n:int, depth:int=0):
-    "`v` with strings cut to `n` chars, lists and dicts to `n` items, nesting to 32 levels; model fields all kept."
+    ("`v` with strings cut to `n` chars, lists and dicts to `n` items, nesting to 32 levels; "
+     "model fields all kept.")
     if isinstance(v, str): return _cut(v, n)
     if isinstance(v, BaseModel):
-        return v.model_copy(update={k: _shrink(getattr(v, k), n, depth + 1) for k in type(v).model_fields})
-    if isinstance(v, (dict, list, tuple, set)) and depth > 32: return '[cut by the session store: nested too deep]'
-    if isinstance(v, dict): return {_cut(str(k), n): _shrink(x, n, depth + 1) for k, x in islice(v.items(), n)}
+        return v.model_copy(update={k: _shrink(getattr(v, k), n, depth + 1)
+                                    for k in type(v).model_fields})
+    if isinstance(v, (dict, list, tuple, set)) and depth > 32:
+        return '[cut by the session store: nested too deep]'
+    if isinstance(v, dict):
+        return {_cut(str(k), n): _shrink(x, n, depth + 1) for k, x in islice(v.items(), n)}
     if isinstance(v, (list, tuple, set)): return [_shrink(x, n, depth + 1) for x in islice(v, n)]
     return v
 
@@ -58,22 +67,26 @@ def _dumps(v) -> str:
 def _fits(s:str, limit:int) -> bool: return len(s.encode('utf-8')) <= limit
 
 def _fit(v, limit:int) -> tuple[str, bool]:
-    "JSON of `v` within `limit` bytes, and whether `v` had to be changed (cut, or its text cleaned) to get there."
+    ("JSON of `v` within `limit` bytes, and whether `v` had to be changed (cut, or its text "
+     "cleaned) to get there.")
     try:
         if _fits(s := _dumps(v), limit): return s, False
-    except (ValueError, TypeError, RecursionError): pass  # nested too deep, or text that is not Unicode: cuts fix it
+    # nested too deep, or text that is not Unicode: cuts fix it
+    except (ValueError, TypeError, RecursionError): pass
     for n in (limit, limit // 4, limit // 64, 256, 16, 1):
         if _fits(s := _dumps(_shrink(v, n)), limit): break
     return s, True
 
 def event_json(e, # a core event, or its dict
                limit:int=MAX_EVENT_BYTES) -> str: # bytes at most
-    "`e` as JSON of at most `limit` bytes; a step that had to be cut also gets a `size_cap` safeguard."
+    ("`e` as JSON of at most `limit` bytes; a step that had to be cut also gets a "
+     "`size_cap` safeguard.")
     if isinstance(e, dict): e = event_from_json(e)
     s, cut = _fit(e, limit - 1024)  # room for the safeguard
     if not (cut and isinstance(e, StepEnd)): return s
     d = json.loads(s)
-    note = f"The session store cut this step to fit in {limit:,} bytes; each cut text ends with a note."
+    note = (f"The session store cut this step to fit in {limit:,} bytes; each cut "
+            "text ends with a note.")
     d['step']['safeguards'].append({'kind': 'size_cap', 'detail': note})
     return json.dumps(d, ensure_ascii=False)
 
@@ -95,23 +108,26 @@ class RunInfo(BaseModel):
 def _check_id(v, what:str, where:str):
     "Refuse an id that is empty, too long or not valid Unicode."
     if not isinstance(v, str) or not v.strip() or len(v) > MAX_ID_CHARS or _clean(v) != v:
-        raise ValueError(f"Error: bad {what} {str(v)[:60]!r} in {where}: use a non-empty string of at most "
-                         f"{MAX_ID_CHARS} characters.")
+        raise ValueError(f"Error: bad {what} {str(v)[:60]!r} in {where}: use a non-empty string of "
+                         f"at most {MAX_ID_CHARS} characters.")
 
 def _is_id(v) -> bool: return isinstance(v, str) and _clean(v) == v
 
 def _unknown(run_id, where:str) -> ValueError:
-    return ValueError(f"Error: unknown run {str(run_id)[:60]!r} in {where}: list the runs with store.runs(session_id).")
+    return ValueError(f"Error: unknown run {str(run_id)[:60]!r} in {where}: list the runs with "
+                      "store.runs(session_id).")
 
 # %% ../../nbs/30_sessions.ipynb #2b6e2301
 class SessionStore(ABC):
-    "Sessions of runs of events, each event appended durably; one interface over SQLite, Redis or any other store."
+    ("Sessions of runs of events, each event appended durably; one interface over SQLite, "
+     "Redis or any other store.")
     max_event_bytes: int = MAX_EVENT_BYTES
 
     @abstractmethod
     def _add_run(self, info:RunInfo): "Store a new run's info."
     @abstractmethod
-    def _append(self, run_id:str, body:str, finished:bool) -> bool: "Append an event's JSON durably; False: no run."
+    def _append(self, run_id:str, body:str, finished:bool) -> bool:
+        "Append an event's JSON durably; False: no run."
     @abstractmethod
     def _bodies(self, run_id:str) -> list[str]: "The JSON of a run's events, in order."
     @abstractmethod
@@ -145,7 +161,8 @@ def new_run(self:SessionStore, session_id:str, # the conversation the run belong
     if fork_step is not None and parent is None:
         raise ValueError("Error: fork_step without parent in new_run: also pass the run it forks.")
     if parent is not None: self._need(parent, 'new_run (parent)')
-    info = RunInfo(run_id=uuid.uuid4().hex, session_id=session_id, parent=parent, fork_step=fork_step,
+    info = RunInfo(run_id=uuid.uuid4().hex, session_id=session_id, parent=parent,
+                   fork_step=fork_step,
                    question=_cut(str(question), MAX_QUESTION_CHARS), created=time.time(),
                    meta=json.loads(_fit(dict(meta or {}), MAX_META_BYTES)[0]))
     self._add_run(info)
@@ -164,9 +181,11 @@ def append(self:SessionStore, run_id:str, # a run made with `new_run`
     "Store event `e` at the end of run `run_id`; it is durable when this returns."
     if isinstance(e, dict): e = event_from_json(e)
     if not isinstance(e, BaseModel) or not isinstance(getattr(e, 'type', None), str):
-        raise TypeError(f"Error: a {type(e).__name__} is not an event in append: pass a reach_nb.core event.")
+        raise TypeError(f"Error: a {type(e).__name__} is not an event in append: pass a "
+                        "reach_nb.core event.")
     body = event_json(e, self.max_event_bytes)
-    if not (_is_id(run_id) and self._append(run_id, body, e.type == 'run_end')): raise _unknown(run_id, 'append')
+    if not (_is_id(run_id) and self._append(run_id, body, e.type == 'run_end')):
+        raise _unknown(run_id, 'append')
 
 @patch
 def events(self:SessionStore, run_id:str) -> list:
@@ -176,7 +195,8 @@ def events(self:SessionStore, run_id:str) -> list:
 
 @patch
 def run(self:SessionStore, run_id:str) -> Run:
-    "Run `run_id` folded from its events; when no `run_end` was stored, `meta['incomplete']` is True."
+    ("Run `run_id` folded from its events; when no `run_end` was stored, "
+     "`meta['incomplete']` is True.")
     info, evs = self._need(run_id, 'run'), self.events(run_id)
     if not evs or evs[0].type != 'run_start': evs = [RunStart(question=info.question), *evs]
     run = Run.from_events(evs)
@@ -189,17 +209,20 @@ def default_store_path(settings=None) -> Path:
     return resolve_path((settings or load_settings()).trace_dir)/'sessions.sqlite'
 
 # %% ../../nbs/30_sessions.ipynb #1b411795
-_DAMAGED = ("move it away, and a new store is made in its place; what it still holds can be read with "
-            "`sqlite3 {path} .dump`")
-_WRITABLE = "make the file and its folder writable (SQLite also writes {name}-wal and {name}-shm beside it)"
-_TROUBLE = {  # SQLite's primary result code: what it says of the store file, and what to do about it
+_DAMAGED = ("move it away, and a new store is made in its place; what it still holds can be read "
+            "with `sqlite3 {path} .dump`")
+_WRITABLE = ("make the file and its folder writable (SQLite also writes {name}-wal and "
+             "{name}-shm beside it)")
+# SQLite's primary result code: what it says of the store file, and what to do about it
+_TROUBLE = {
     sqlite3.SQLITE_CORRUPT: ('the session store is damaged', _DAMAGED),
     sqlite3.SQLITE_NOTADB: ('the session store is damaged, or is not an SQLite file',
-                            'if it was a session store, move it away, and a new one is made in its place; '
-                            'else pass the path of one'),
+                            'if it was a session store, move it away, and a new one is made in its '
+                            'place; else pass the path of one'),
     sqlite3.SQLITE_READONLY: ('the session store is read-only', _WRITABLE),
     sqlite3.SQLITE_CANTOPEN: ('the session store cannot be opened', _WRITABLE),
-    sqlite3.SQLITE_BUSY: ('the session store is locked by another process for more than {timeout:g} s',
+    sqlite3.SQLITE_BUSY: ('the session store is locked by another process for '
+                          'more than {timeout:g} s',
                           'let that process finish, or stop it, and try again'),
     sqlite3.SQLITE_FULL: ('the disk holding the session store is full',
                           'free some space and try again: everything stored before this is kept'),
@@ -208,10 +231,12 @@ _TROUBLE = {  # SQLite's primary result code: what it says of the store file, an
 def _store_error(e:sqlite3.Error, # what SQLite raised
                  path:Path, # the store file
                  timeout:float) -> Exception: # seconds a writer waits for the lock
-    "What SQLite's error `e` means for the user of the store at `path`: a `UserError` that says what to do, else `e`."
+    ("What SQLite's error `e` means for the user of the store at `path`: a `UserError` that says "
+     "what to do, else `e`.")
     told = _TROUBLE.get((getattr(e, 'sqlite_errorcode', None) or 0) & 0xFF)
     if told is None: return e
-    return UserError(f"{told[0].format(timeout=timeout)} ({e})", str(path), told[1].format(path=path, name=path.name))
+    return UserError(f"{told[0].format(timeout=timeout)} ({e})", str(path),
+                     told[1].format(path=path, name=path.name))
 
 
 # %% ../../nbs/30_sessions.ipynb #0a123054
@@ -224,16 +249,21 @@ CREATE TABLE IF NOT EXISTS events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, b
 """
 
 class SQLiteSessionStore(SessionStore):
-    "Sessions in one SQLite file (WAL, `synchronous=FULL`): each append durable, shared by threads and processes."
+    ("Sessions in one SQLite file (WAL, `synchronous=FULL`): each append durable, shared by "
+     "threads and processes.")
     def __init__(self, path:str|Path|None=None, # the database file; None: `default_store_path()`
                  timeout:float=30.0, # seconds a writer waits for another's lock
                  max_event_bytes:int=MAX_EVENT_BYTES): # events above this are stored cut
         self.path = Path(path).expanduser() if path else default_store_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout, self.max_event_bytes = timeout, max(max_event_bytes, 16_384)
-        self._lock, self._con, self._pid, self._inherited = threading.RLock(), None, None, []
+        self._lock = threading.RLock()
+        self._con = None
+        self._pid = None
+        self._inherited = []
         try:
-            with self._told(): self._db()  # open it and create the tables now, so a bad file fails here
+            # open it and create the tables now, so a bad file fails here
+            with self._told(): self._db()
         except sqlite3.DatabaseError as e:  # a file SQLite reads, but not as a session store
             raise UserError(f"{self.path} is not a session store ({e})", 'SQLiteSessionStore',
                             'pass another path') from None
@@ -244,7 +274,8 @@ def _db(self:SQLiteSessionStore) -> sqlite3.Connection:
     "This process's connection: a child made by fork opens its own, and never closes its parent's."
     if self._pid != os.getpid():
         if self._con is not None: self._inherited.append(self._con)
-        con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        con = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                              check_same_thread=False)
         con.execute('PRAGMA journal_mode=WAL'); con.execute('PRAGMA synchronous=FULL')
         con.executescript(_SCHEMA)
         self._con, self._pid = con, os.getpid()
@@ -253,7 +284,8 @@ def _db(self:SQLiteSessionStore) -> sqlite3.Connection:
 @patch
 @contextmanager
 def _told(self:SQLiteSessionStore):
-    "SQLite's errors about the file (damaged, read-only, locked, full) raised as a `UserError` that names it."
+    ("SQLite's errors about the file (damaged, read-only, locked, full) raised as a "
+     "`UserError` that names it.")
     try: yield
     except sqlite3.Error as e:
         told = _store_error(e, self.path, self.timeout)
@@ -263,7 +295,8 @@ def _told(self:SQLiteSessionStore):
 @patch
 @contextmanager
 def _write(self:SQLiteSessionStore):
-    "One write transaction that holds SQLite's write lock from its start; rolled back if anything in it fails."
+    ("One write transaction that holds SQLite's write lock from its start; rolled back if "
+     "anything in it fails.")
     with self._lock, self._told():
         con = self._db()
         con.execute('BEGIN IMMEDIATE')
@@ -271,28 +304,32 @@ def _write(self:SQLiteSessionStore):
             yield con
             con.execute('COMMIT')
         finally:
-            if con.in_transaction: con.execute('ROLLBACK')  # SQLite ends it itself on some errors (a full disk)
+            # SQLite ends it itself on some errors (a full disk)
+            if con.in_transaction: con.execute('ROLLBACK')
 
 # %% ../../nbs/30_sessions.ipynb #9d7b1750
 @patch
 def _add_run(self:SQLiteSessionStore, i:RunInfo):
     with self._write() as con:
-        con.execute('INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)', (i.run_id, i.session_id, i.parent,
-                    i.fork_step, i.question, i.status, i.created, json.dumps(i.meta, ensure_ascii=False)))
+        con.execute('INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)',
+                    (i.run_id, i.session_id, i.parent,
+                    i.fork_step, i.question, i.status, i.created,
+                     json.dumps(i.meta, ensure_ascii=False)))
 
 @patch
 def _append(self:SQLiteSessionStore, run_id:str, body:str, finished:bool) -> bool:
     with self._write() as con:
         row = con.execute("UPDATE runs SET n_events = n_events + 1, "
-                          "status = CASE WHEN ? THEN 'finished' ELSE status END WHERE run_id = ? RETURNING n_events",
+                          "status = CASE WHEN ? THEN 'finished' ELSE status END WHERE run_id = "
+                          "? RETURNING n_events",
                           (finished, run_id)).fetchone()
         if row: con.execute('INSERT INTO events VALUES (?, ?, ?)', (run_id, row[0], body))
     return row is not None
 
 # %% ../../nbs/30_sessions.ipynb #565f6178
 def _row_info(r) -> RunInfo:
-    return RunInfo(run_id=r[0], session_id=r[1], parent=r[2], fork_step=r[3], question=r[4], status=r[5],
-                   created=r[6], n_events=r[7], meta=json.loads(r[8]))
+    return RunInfo(run_id=r[0], session_id=r[1], parent=r[2], fork_step=r[3], question=r[4],
+                   status=r[5], created=r[6], n_events=r[7], meta=json.loads(r[8]))
 
 @patch
 def _read(self:SQLiteSessionStore, sql:str, *args) -> list:
@@ -300,7 +337,8 @@ def _read(self:SQLiteSessionStore, sql:str, *args) -> list:
 
 @patch
 def _bodies(self:SQLiteSessionStore, run_id:str) -> list[str]:
-    return [r[0] for r in self._read('SELECT body FROM events WHERE run_id = ? ORDER BY seq', run_id)]
+    return [r[0] for r in self._read('SELECT body FROM events WHERE run_id = ? ORDER BY seq',
+                                     run_id)]
 
 @patch
 def info(self:SQLiteSessionStore, run_id:str) -> RunInfo|None:
@@ -308,18 +346,21 @@ def info(self:SQLiteSessionStore, run_id:str) -> RunInfo|None:
 
 @patch
 def runs(self:SQLiteSessionStore, session_id:str) -> list[RunInfo]:
-    return [_row_info(r) for r in self._read('SELECT * FROM runs WHERE session_id = ? ORDER BY created, rowid',
+    return [_row_info(r) for r in self._read('SELECT * FROM runs WHERE session_id = ? '
+                                             'ORDER BY created, rowid',
                                               session_id)]
 
 @patch
 def sessions(self:SQLiteSessionStore) -> list[str]:
-    return [r[0] for r in self._read('SELECT session_id FROM runs GROUP BY session_id ORDER BY MIN(created), 1')]
+    return [r[0] for r in self._read('SELECT session_id FROM runs GROUP BY session_id '
+                                     'ORDER BY MIN(created), 1')]
 
 # %% ../../nbs/30_sessions.ipynb #c1400564
 @patch
 def delete_session(self:SQLiteSessionStore, session_id:str):
     with self._write() as con:
-        con.execute('DELETE FROM events WHERE run_id IN (SELECT run_id FROM runs WHERE session_id = ?)', (session_id,))
+        con.execute('DELETE FROM events WHERE run_id IN (SELECT run_id FROM runs '
+                    'WHERE session_id = ?)', (session_id,))
         con.execute('DELETE FROM runs WHERE session_id = ?', (session_id,))
 
 @patch
@@ -332,15 +373,22 @@ _concrete(SQLiteSessionStore)
 
 # %% ../../nbs/30_sessions.ipynb #1d1e8d2f
 class SessionLog:
-    "Appends each event of a stream to `store` under `run_id` as it passes through; `log(e)` appends one event."
+    ("Appends each event of a stream to `store` under `run_id` as it passes through; "
+     "`log(e)` appends one event.")
     def __init__(self, store:SessionStore, run_id:str, # a run made with `store.new_run`
                  skip:Iterable[str]=()): # event types not to store, e.g. ('token',): model_output has the text
-        self.store, self.run_id, self.skip = store, run_id, frozenset(skip)
+        self.store = store
+        self.run_id = run_id
+        self.skip = frozenset(skip)
         store._need(run_id, 'SessionLog')
-        self._lock, self.calls, self._early = threading.RLock(), Calls(run_id), {}  # the run's calls; results stored
+        # the run's calls; results stored
+        self._lock = threading.RLock()
+        self.calls = Calls(run_id)
+        self._early = {}
 
     @classmethod
-    def new(cls, store:SessionStore, session_id:str, question:str='', skip:Iterable[str]=(), **kw) -> SessionLog:
+    def new(cls, store:SessionStore, session_id:str, question:str='', skip:Iterable[str]=(),
+            **kw) -> SessionLog:
         "A log for a new run in `session_id` (`kw` as for `new_run`)."
         return cls(store, store.new_run(session_id, question=question, **kw), skip)
 
@@ -359,7 +407,8 @@ def __call__(self:SessionLog, e):
     if isinstance(e, dict): e = event_from_json(e)
     if getattr(e, 'type', None) in self.skip: return e
     with self._lock:
-        if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), None) is e.observation: return e
+        if isinstance(e, ToolEnd) and self._early.pop(id(e.observation), None) is e.observation:
+            return e
         self.store.append(self.run_id, e)
         self.calls.see(e)
     return e
@@ -378,7 +427,8 @@ def tool_done(self:SessionLog, c:ToolCall, # a call whose `tool_start` this log 
 
 # %% ../../nbs/30_sessions.ipynb #5c9463d0
 def _positions(calls:list, ends:list) -> dict[int, Observation]:
-    "The call position of each result of one step: by the call it carries, else the native call id, else in order."
+    ("The call position of each result of one step: by the call it carries, else the native "
+     "call id, else in order.")
     free, out = list(range(max(len(calls), len(ends)))), {}
     for e in ends:
         o, mine = e.observation, lambda k: calls[k] == e.call if e.call else o.call_id and calls[k].id == o.call_id
@@ -387,12 +437,17 @@ def _positions(calls:list, ends:list) -> dict[int, Observation]:
     return out
 
 def completed_tool_results(events:Iterable) -> dict[tuple[int, int], Observation]:
-    "The observations of the tool calls that finished, keyed by (step index, call position), so a resume skips them."
-    calls, obs, done = defaultdict(list), defaultdict(list), {}
-    def settle(i): done.update({(i, k): o for k, o in _positions(calls.pop(i, []), obs.pop(i, [])).items()})
+    ("The observations of the tool calls that finished, keyed by (step index, call position), so "
+     "a resume skips them.")
+    calls = defaultdict(list)
+    obs = defaultdict(list)
+    done = {}
+    def settle(i):
+        done.update({(i, k): o for k, o in _positions(calls.pop(i, []), obs.pop(i, [])).items()})
     for e in events:
         if isinstance(e, dict): e = event_from_json(e)
-        if isinstance(e, StepStart): settle(e.index)  # a step tried again by a resume: each try's results count
+        # a step tried again by a resume: each try's results count
+        if isinstance(e, StepStart): settle(e.index)
         elif isinstance(e, ToolStart): calls[e.index].append(e.call)
         elif isinstance(e, ToolEnd): obs[e.index].append(e)
         elif isinstance(e, StepEnd):
@@ -407,11 +462,14 @@ def cut_at_step(events:Iterable, # a run's events, in order
                 k:int) -> list: # the last step to keep; 0 keeps only what came before the first step
     "The events of a run up to and including the end of step `k`, to start a fork from."
     evs = [event_from_json(e) if isinstance(e, dict) else e for e in events]
-    if k == 0: return evs[:next((i for i, e in enumerate(evs) if e.type not in ('run_start', 'run_end')), len(evs))]
+    if k == 0:
+        return evs[:next((i for i, e in enumerate(evs) if e.type not in ('run_start', 'run_end')),
+                         len(evs))]
     for i, e in enumerate(evs):
         if isinstance(e, StepEnd) and e.step.index == k: return evs[:i + 1]
     ended = [e.step.index for e in evs if isinstance(e, StepEnd)]
-    raise ValueError(f"Error: step {k} did not finish in cut_at_step: fork at 0 or at a finished step {ended}.")
+    raise ValueError(f"Error: step {k} did not finish in cut_at_step: fork at 0 or at a "
+                     f"finished step {ended}.")
 
 # %% ../../nbs/30_sessions.ipynb #0ee84b1c
 _APPEND_LUA = """
@@ -422,18 +480,21 @@ return redis.call('HINCRBY', KEYS[1], 'n_events', 1)
 """
 
 class RedisSessionStore(SessionStore):
-    "Sessions in Redis: per run a stream of events and a hash of info, per session a sorted set of runs."
+    ("Sessions in Redis: per run a stream of events and a hash of info, per session "
+     "a sorted set of runs.")
     def __init__(self, url:str='redis://localhost:6379/0', # the server
                  prefix:str='reach:', # the start of every key, so that several stores can share a server
                  max_event_bytes:int=MAX_EVENT_BYTES, # events above this are stored cut
                  **kw): # passed to `redis.Redis.from_url`
         import redis
-        self.url, self.prefix, self.max_event_bytes = url, prefix, max(max_event_bytes, 16_384)
+        self.url = url
+        self.prefix = prefix
+        self.max_event_bytes = max(max_event_bytes, 16_384)
         self.r = redis.Redis.from_url(url, decode_responses=True, **kw)
         try: self.r.ping()
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise ConnectionError(f"Error: no Redis server at {url} in RedisSessionStore: start one or fix the URL "
-                                  f"({e}).") from None
+            raise ConnectionError(f"Error: no Redis server at {url} in RedisSessionStore: start "
+                                  f"one or fix the URL ({e}).") from None
         self._append_script = self.r.register_script(_APPEND_LUA)
 
     def _keys(self, run_id:str) -> list[str]: # the run's info and events, on one cluster slot
@@ -443,13 +504,15 @@ class RedisSessionStore(SessionStore):
 
 # %% ../../nbs/30_sessions.ipynb #18d36099
 def _to_hash(i:RunInfo) -> dict:
-    return dict(session_id=i.session_id, parent=i.parent or '', fork_step='' if i.fork_step is None else i.fork_step,
+    return dict(session_id=i.session_id, parent=i.parent or '',
+                fork_step='' if i.fork_step is None else i.fork_step,
                 question=i.question, status=i.status, created=repr(i.created), n_events=i.n_events,
                 meta=json.dumps(i.meta, ensure_ascii=False))
 
 def _from_hash(run_id:str, h:dict) -> RunInfo|None:
     if not h: return None
-    return RunInfo(run_id=run_id, **h | dict(parent=h['parent'] or None, fork_step=h['fork_step'] or None,
+    return RunInfo(run_id=run_id, **h | dict(parent=h['parent'] or None,
+                                             fork_step=h['fork_step'] or None,
                                               meta=json.loads(h['meta'])))
 
 @patch
@@ -487,7 +550,8 @@ def runs(self:RedisSessionStore, session_id:str) -> list[RunInfo]:
         return [i for r, h in zip(ids, p.execute()) if (i := _from_hash(r, h))]
 
 @patch
-def sessions(self:RedisSessionStore) -> list[str]: return self.r.zrange(self.prefix + 'sessions', 0, -1)
+def sessions(self:RedisSessionStore) -> list[str]:
+    return self.r.zrange(self.prefix + 'sessions', 0, -1)
 
 @patch
 def delete_session(self:RedisSessionStore, session_id:str):
@@ -499,14 +563,16 @@ _concrete(RedisSessionStore)
 
 # %% ../../nbs/30_sessions.ipynb #67991010
 def open_store(where:str|Path|None=None) -> SessionStore:
-    "The store at `where`: a `redis://`, `rediss://` or `unix://` URL, a path or `sqlite://path`, None for the default."
+    ("The store at `where`: a `redis://`, `rediss://` or `unix://` URL, a path or `sqlite://path`, "
+     "None for the default.")
     w = '' if where is None else str(where)
     if w.startswith(('redis://', 'rediss://', 'unix://')): return RedisSessionStore(w)
     return SQLiteSessionStore(w.removeprefix('sqlite://') or None)
 
 # %% ../../nbs/30_sessions.ipynb #b7d10002
 def _reporting(agent, log:SessionLog):
-    "A copy of `agent` (and the agents it hands questions to) giving each result to `log` at once, each call its key."
+    ("A copy of `agent` (and the agents it hands questions to) giving each result to `log` at "
+     "once, each call its key.")
     return rewired(agent, tools=lambda reg: watched(reg, after=log.tool_done, key=log.calls.key))
 
 def _given(**kw) -> dict: return {k: v for k, v in kw.items() if v is not None}
@@ -530,13 +596,16 @@ def record(store:SessionStore, agent, # any agent with `stream(question, meta=)`
 def resume(store:SessionStore, run_id:str, agent, # the agent the run was made with (same tools and settings)
            on_event:Callable|None=None, # called with each new event once it is stored
            cancel:threading.Event|None=None) -> Run: # set it to stop the run (it ends with 'stopped')
-    "Finish run `run_id` after its process died, in the same stored run; a finished run is returned as it is."
+    ("Finish run `run_id` after its process died, in the same stored run; a finished run "
+     "is returned as it is.")
     info = store._need(run_id, 'resume')
     if info.status == 'finished': return store.run(run_id)
     events, log = store.events(run_id), SessionLog(store, run_id, skip=('token',))
     labels = {**info.meta, 'run_id': info.run_id, 'session_id': info.session_id}
-    if not events: new = _reporting(agent, log).stream(info.question, meta=labels)  # it died before its start
-    else: new = carry_on(agent, info.question, events, log.tool_done, meta=labels, head=events[0].meta.get('head'))
+    # it died before its start
+    if not events: new = _reporting(agent, log).stream(info.question, meta=labels)
+    else: new = carry_on(agent, info.question, events, log.tool_done, meta=labels,
+                         head=events[0].meta.get('head'))
     try:
         for e in log.record(new if cancel is None else cancellable(new, cancel)):
             if on_event is not None: on_event(e)
@@ -548,11 +617,12 @@ def resume(store:SessionStore, run_id:str, agent, # the agent the run was made w
 def resume_session(store:SessionStore, session_id:str, agent, on_event:Callable|None=None) -> Run:
     "Resume the latest run of session `session_id` that did not finish."
     runs = store.runs(session_id)
-    if not runs: raise ValueError(f"Error: no session {str(session_id)[:60]!r} in resume_session: list the sessions "
-                                  "with store.sessions().")
+    if not runs: raise ValueError(f"Error: no session {str(session_id)[:60]!r} in resume_session: "
+                                  "list the sessions with store.sessions().")
     cut = [r for r in runs if r.status == 'incomplete']
-    if not cut: raise ValueError(f"Error: every run of session {session_id!r} finished in resume_session: there is "
-                                 "nothing to resume; ask a new question or fork a run instead.")
+    if not cut: raise ValueError(f"Error: every run of session {session_id!r} finished in "
+                                 "resume_session: there is nothing to resume; ask a new question "
+                                 "or fork a run instead.")
     return resume(store, cut[-1].run_id, agent, on_event)
 
 # %% ../../nbs/30_sessions.ipynb #b7d10050
@@ -562,16 +632,22 @@ def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as i
          model_output=None, # the model's reply at `step` instead (a str or LLMResponse)
          observation:str|list[str]|None=None, # what the call(s) at `step` returned instead
          on_event:Callable|None=None) -> str: # called with each event once it is stored
-    "Fork run `run_id` at `step` into a new run of the same session; returns the new run's **id** (`fork_run`: the run)."
+    ("Fork run `run_id` at `step` into a new run of the same session; returns the new run's **id** "
+     "(`fork_run`: the run).")
     info = store._need(run_id, 'fork')
     run, kw = store.run(run_id), dict(model_output=model_output, observation=observation)
-    own = getattr(agent, 'fork_events', None)  # ReAct forks its own way; every other architecture through the kernel
-    try: own(run, step, **kw) if own else fork_events(agent, run, step, **kw)  # checks the arguments, stores nothing
+    # ReAct forks its own way; every other architecture through the kernel
+    own = getattr(agent, 'fork_events', None)
+    # checks the arguments, stores nothing
+    try: own(run, step, **kw) if own else fork_events(agent, run, step, **kw)
     except ValueError as e:
-        raise ValueError(f"Error: cannot fork run {run_id[:12]} at step {step} in fork: {e}") from None
-    log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id, fork_step=step)
+        raise ValueError(f"Error: cannot fork run {run_id[:12]} at "
+                         f"step {step} in fork: {e}") from None
+    log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id,
+                         fork_step=step)
     labels = {'run_id': log.run_id, 'session_id': info.session_id}
-    events = (_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels, **kw) if own else
+    events = (_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels,
+                                                 **kw) if own else
               fork_events(agent, run, step, parent=run_id, meta=labels, after=log.tool_done, **kw))
     for e in log.record(events):
         if on_event is not None: on_event(e)
