@@ -417,7 +417,7 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
          timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request (default 60).')):
     "Run the risk demo: a real model if one is configured, else the SimAnalyst stand-in (no key needed)."
     from reach_nb.risk.agents import risk_agent
-    from reach_nb.risk.analyst import SPIKE_QUESTION
+    from reach_nb.risk.analysis import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
     s = _settings(request_timeout=timeout)
     tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', 'option --trace' if trace else 'the trace_dir setting')
@@ -720,7 +720,7 @@ def bench_agents_cmd(per_call:float = typer.Option(0.8, help='Seconds each model
     "Every architecture on the demo question at a hosted model's latency: calls, tokens, time, tool calls, the cause."
     from reach_nb.bench.agents import ARCHITECTURES, bench_agents_cli
     from reach_nb.agents.registry import AGENTS
-    from reach_nb.risk.analyst import SPIKE_QUESTION
+    from reach_nb.risk.analysis import SPIKE_QUESTION
     _at_least(per_call, 0, '--per-call'); _at_least(per_token, 0, '--per-token')
     if chart is not None and importlib.util.find_spec('matplotlib') is None:  # a development dependency
         raise UserError('matplotlib is not installed', 'option --chart', 'pip install matplotlib, or drop --chart')

@@ -5,7 +5,7 @@ import pytest
 from reach_nb.core import Run
 from reach_nb.risk.data import ensure_dataset, ground_truth
 from reach_nb.agents.registry import example_pipeline
-from reach_nb.risk.analyst import SPIKE_QUESTION
+from reach_nb.risk.analysis import SPIKE_QUESTION
 from reach_cli import run_reach
 
 AGENTS = ['react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline']

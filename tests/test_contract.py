@@ -14,7 +14,8 @@ from reach_nb.risk.data import ensure_dataset
 from reach_nb.memory.sessions import SQLiteSessionStore, fork_run, record, resume
 from reach_nb.agents.registry import AGENTS, make_agent
 from reach_nb.risk.agents import data_note, risk_tools
-from reach_nb.risk.analyst import SPIKE_QUESTION, SimAnalyst
+from reach_nb.risk.analysis import SPIKE_QUESTION
+from reach_nb.risk.analyst import SimAnalyst
 from reach_nb.tools import ToolRegistry
 
 TOOLED = [a for a in AGENTS if a != 'chat']

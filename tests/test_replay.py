@@ -1,6 +1,7 @@
 "A run against a real HTTP endpoint, recorded once, replays byte for byte offline."
 from reach_nb.risk.agents import risk_agent
-from reach_nb.risk.analyst import SimAnalyst, SPIKE_QUESTION
+from reach_nb.risk.analysis import SPIKE_QUESTION
+from reach_nb.risk.analyst import SimAnalyst
 from reach_nb.llm.models import OpenAIChat, RecordingLLM, ReplayLLM, CassetteMismatch
 from reach_nb.llm.server import ModelServer
 import pytest

@@ -28,7 +28,7 @@ import json, sys, threading, time
 from reach_nb.agents.kernel import rewired, watched
 from reach_nb.memory.sessions import SQLiteSessionStore, record, resume
 from reach_nb.risk.agents import risk_agent
-from reach_nb.risk.analyst import SPIKE_QUESTION
+from reach_nb.risk.analysis import SPIKE_QUESTION
 from kill_points import stop_at
 
 def ledgered(agent, ledger, stop_in_call=0):

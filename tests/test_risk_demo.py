@@ -17,7 +17,8 @@ from reach_nb.llm.models import FaultyLLM, OpenAIChat, get_model
 from reach_nb.llm.server import ModelServer
 from reach_nb.risk.data import LAST_WEEK, ensure_dataset, ground_truth
 from reach_nb.risk.agents import risk_agent, run_risk_demo
-from reach_nb.risk.analyst import SPIKE_QUESTION, SURVEY_QUESTION, SimAnalyst
+from reach_nb.risk.analysis import SPIKE_QUESTION, SURVEY_QUESTION
+from reach_nb.risk.analyst import SimAnalyst
 
 NUMBER = re.compile(r'\d[\d,]*(?:\.\d+)?%?')
 

@@ -11,7 +11,7 @@ import pytest
 from reach_nb.eval import ABLATIONS, EvalConfig, ablation_name, evaluate, load_tasks, rows_of, said_not_simulated
 from reach_nb.risk.data import ensure_dataset, ground_truth
 from reach_nb.risk.agents import run_risk_demo
-from reach_nb.risk.analyst import SPIKE_QUESTION, read_ask, read_question
+from reach_nb.risk.analysis import SPIKE_QUESTION, read_ask, read_question
 
 
 @pytest.fixture(scope='module')

@@ -31,7 +31,8 @@ from reach_nb.viewer.widget import RunViewer
 from reach_nb.agents.dag import DAGAgent, LatencyLLM
 from reach_nb.llm.models import FaultyLLM, ScriptedLLM
 from reach_nb.risk.agents import risk_agent, run_risk_demo
-from reach_nb.risk.analyst import SPIKE_QUESTION, SimAnalyst""",
+from reach_nb.risk.analysis import SPIKE_QUESTION
+from reach_nb.risk.analyst import SimAnalyst""",
     """v = RunViewer(run_risk_demo())
 v.add_class('t-demo')
 v""",

@@ -13,7 +13,8 @@ from ..llm.models import LatencyLLM
 from ..risk.data import ensure_dataset, ground_truth
 from ..agents.registry import AGENTS
 from ..risk.agents import risk_agent
-from ..risk.analyst import SPIKE_QUESTION, SimAnalyst
+from ..risk.analysis import SPIKE_QUESTION
+from ..risk.analyst import SimAnalyst
 
 # %% auto #0
 __all__ = ['PER_CALL', 'PER_TOKEN', 'ARCHITECTURES', 'TARGETS', 'Figures', 'planted_cause', 'measure', 'bench_agents',

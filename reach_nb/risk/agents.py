@@ -50,7 +50,7 @@ def _sim_analyst() -> ChatModel:
     return SimAnalyst()
 
 def _spike_question() -> str:
-    from reach_nb.risk.analyst import SPIKE_QUESTION
+    from reach_nb.risk.analysis import SPIKE_QUESTION
     return SPIKE_QUESTION
 
 register_model('sim-analyst', lambda arg, settings=None: _sim_analyst())
