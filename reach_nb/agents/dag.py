@@ -12,9 +12,12 @@ from ..core import *
 from ..parse import ParseResult, parse_json, correction_message
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel, LatencyLLM, LLMResponse, text_chunks
-from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan, closing_step, end_blocked
-from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task, task_call, unanswered, work_step
-from .kernel import call_usage, check_safeguards, default_registry, llm_error_safeguards, retried_note
+from .plan import PLAN_FORMAT, PlanningAgent, Schedule, ask_json, asking, check_plan
+from .plan import closing_step, end_blocked
+from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task
+from .plan import task_call, unanswered, work_step
+from .kernel import call_usage, check_safeguards, default_registry
+from .kernel import llm_error_safeguards, retried_note
 from .kernel import Shown, switched_tools, with_ask_user
 
 # %% auto #0
@@ -23,26 +26,33 @@ __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMP
            'join_messages', 'read_dag', 'read_join', 'DAGAgent']
 
 # %% ../../nbs/25_dag.ipynb #11a1bac5
-PLANNER_PROMPT = """You plan the tool calls that answer the user's question. Calls that do not need each other's \
-results run at the same time, so split the work into independent calls wherever you can.
+PLANNER_PROMPT = """You plan the tool calls that answer the user's question. Calls that do not \
+need each other's results run at the same time, so split the work into independent calls wherever \
+you can.
 
-Each task calls one tool. A task that needs another task's result lists that task's id in "deps", and may put \
-"{t1}" (the id in braces) inside a string argument: it is replaced by that result before the call. Plan every call \
-the question needs; once they have run you will see their results and write the answer."""
+Each task calls one tool. A task that needs another task's result lists that task's id in "deps", \
+and may put "{t1}" (the id in braces) inside a string argument: it is replaced by that result \
+before the call. Plan every call the question needs; once they have run you will see their results \
+and write the answer."""
 
 PLANNER_FORMAT = PLAN_FORMAT
-STREAM_PLAN_FORMAT = ('one JSON object per line and nothing else: first the thought, then each task on its own line, '
-                      'depending only on tasks above it:\n{"thought": "<why this plan>"}\n'
-                      '{"id": "t1", "goal": "<what it finds out>", "tool": "<tool name>", "args": {...}, "deps": []}\n'
-                      '{"id": "t2", "goal": "...", "tool": "...", "args": {...}, "deps": ["t1"]}')
+STREAM_PLAN_FORMAT = ('one JSON object per line and nothing else: first the thought, then each '
+                      'task on its own line, depending only on tasks above it:\n{"thought": "<why '
+                      'this plan>"}\n{"id": "t1", "goal": "<what it finds out>", "tool": "<tool '
+                      'name>", "args": {...}, "deps": []}\n{"id": "t2", "goal": "...", "tool": '
+                      '"...", "args": {...}, "deps": ["t1"]}')
 
-JOIN_PROMPT = """You are given a question and the results of the tool calls planned for it. If the results are \
-enough, answer the question from them, saying what could not be found. If something the answer needs is missing, or \
-a call failed in a way that another plan could get round, ask for a new plan and say what it should find out."""
-FINAL_JOIN_NOTE = "No new plan can be made now: answer from the results you have, and say what is missing."
-JOIN_FORMAT = ('{"thought": "<what the results show>", "decision": "answer", "answer": "<the answer>"} or '
-               '{"thought": "<what is missing>", "decision": "replan", "reason": "<what a new plan should find out>"}')
-FINAL_JOIN_FORMAT = '{"thought": "<what the results show>", "decision": "answer", "answer": "<the answer>"}'
+JOIN_PROMPT = """You are given a question and the results of the tool calls planned for it. If the \
+results are enough, answer the question from them, saying what could not be found. If something \
+the answer needs is missing, or a call failed in a way that another plan could get round, ask for \
+a new plan and say what it should find out."""
+FINAL_JOIN_NOTE = ("No new plan can be made now: answer from the results you have, and say what is "
+                   "missing.")
+JOIN_FORMAT = ('{"thought": "<what the results show>", "decision": "answer", "answer": "<the '
+               'answer>"} or {"thought": "<what is missing>", "decision": "replan", "reason": '
+               '"<what a new plan should find out>"}')
+FINAL_JOIN_FORMAT = ('{"thought": "<what the results show>", "decision": "answer", "answer": "<the '
+                     'answer>"}')
 
 # %% ../../nbs/25_dag.ipynb #b54d6682
 def results_text(rounds:list[tuple[list[PlanTask], Step]], # per plan so far: its tasks, and the step that ran them
@@ -52,7 +62,8 @@ def results_text(rounds:list[tuple[list[PlanTask], Step]], # per plan so far: it
     for n, (tasks, step) in enumerate(rounds, 1):
         goals = {t.id: f" ({t.goal})" if t.goal else '' for t in tasks}
         out.append(f"Plan {n}:")
-        out += [f"- {a.id}{goals.get(a.id, '')}: {a} -> {'ok' if o.ok else 'failed'}: {truncate(o.content, cap)[0]}"
+        out += [f"- {a.id}{goals.get(a.id, '')}: {a} -> {'ok' if o.ok else 'failed'}: "
+                f"{truncate(o.content, cap)[0]}"
                 for a, o in zip(step.actions, step.observations)]
     return '\n'.join(out)
 
@@ -61,27 +72,34 @@ _DAG_TASK = re.compile(r'^- [^\s(]+(?: \(.*?\))?: (\w+)\(([^\n]*?)\) -> (ok|fail
 _AFTER_RESULTS = re.compile(r'^Plan \d+:$|\n\nA new plan is needed: ', re.M)
 
 def read_results_text(text:str) -> list[Shown]:
-    "The results in a `results_text`, in order: '- t1 (goal): call -> ok: result', each running to the next."
+    ("The results in a `results_text`, in order: '- t1 (goal): call -> ok: result', each running "
+     "to the next.")
     out, hits = [], list(_DAG_TASK.finditer(text))
     for m, nxt in zip(hits, hits[1:] + [None]):
         end = nxt.start() if nxt else len(text)
         if cut := _AFTER_RESULTS.search(text, m.end(), end): end = cut.start()
         ok = m[3] == 'ok'
-        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, text[m.end():end].rstrip('\n'), None if ok else 'failed'))
+        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, text[m.end():end].rstrip('\n'),
+                         None if ok else 'failed'))
     return out
 
 # %% ../../nbs/25_dag.ipynb #02336839
-def planner_messages(question:str, tools:ToolRegistry, # the question, and the tools the plan may call
+def planner_messages(question:str,
+                     tools:ToolRegistry, # the question, and the tools the plan may call
                      results:str='', # what the earlier plans found (`results_text`), when planning again
                      reason:str='', # why the join asked for a new plan
                      stream:bool=False, # ask for one task per line (`STREAM_PLAN_FORMAT`)
                      background:str='') -> list[dict]: # what the planner should know
-    "The planner's prompt: the tools and the reply format; the question, and what earlier plans found."
-    how = f"Reply with {STREAM_PLAN_FORMAT}" if stream else f"Reply with exactly one JSON object:\n{PLANNER_FORMAT}"
-    system = '\n\n'.join(x for x in (PLANNER_PROMPT, background, 'Tools:\n\n' + tools.render_prompt(), how) if x)
+    ("The planner's prompt: the tools and the reply format; the question, and what earlier plans "
+     "found.")
+    how = f"Reply with exactly one JSON object:\n{PLANNER_FORMAT}"
+    if stream: how = f"Reply with {STREAM_PLAN_FORMAT}"
+    parts = (PLANNER_PROMPT, background, 'Tools:\n\n' + tools.render_prompt(), how)
+    system = '\n\n'.join(x for x in parts if x)
     user = f"Question: {question}"
     if results: user += f"\n\nWhat the earlier plans found:\n{results}"
-    if reason: user += f"\n\nA new plan is needed: {reason}\nPlan only the calls still needed: the results above stay."
+    if reason: user += (f"\n\nA new plan is needed: {reason}\nPlan only the calls still needed: "
+                        "the results above stay.")
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
 def join_messages(question:str, results:str, # the question, and `results_text` of every plan so far
@@ -96,14 +114,15 @@ def join_messages(question:str, results:str, # the question, and `results_text` 
 def read_dag(value, # what the planner wrote: {"plan": [...]}, or the list itself
              tools:ToolRegistry, # every task's tool must be one of these
              max_tasks:int=20) -> list[PlanTask]: # tasks in a plan at most
-    "The tasks of a plan of tool calls, each depending on the tasks its arguments refer to; ValueError if unusable."
+    ("The tasks of a plan of tool calls, each depending on the tasks its arguments refer to; "
+     "ValueError if unusable.")
     tasks = read_plan(value, tools, max_tasks)
     if bad := [t.id for t in tasks if t.call is None]:
-        raise ValueError(f"Task(s) {', '.join(bad)} call no tool: give every task a \"tool\" and \"args\" "
-                         "(the answer is written after the tasks have run).")
+        raise ValueError(f"Task(s) {', '.join(bad)} call no tool: give every task a \"tool\" and "
+                         "\"args\" (the answer is written after the tasks have run).")
     ids = {t.id for t in tasks}
-    tasks = [t.model_copy(update={'deps': t.deps + sorted((refs(t.call.args) & ids) - set(t.deps) - {t.id})})
-             for t in tasks]
+    more = lambda t: sorted((refs(t.call.args) & ids) - set(t.deps) - {t.id})
+    tasks = [t.model_copy(update={'deps': t.deps + more(t)}) for t in tasks]
     check_plan(tasks, tools)
     return tasks
 
@@ -111,20 +130,25 @@ def read_dag(value, # what the planner wrote: {"plan": [...]}, or the list itsel
 _ANSWERED = ('answer', 'final', 'final_answer', 'finish', 'done')
 
 def read_join(value:dict) -> tuple[str, str]:
-    "('answer', the answer) or ('replan', why) from what the join wrote; ValueError saying what is wrong."
+    ("('answer', the answer) or ('replan', why) from what the join wrote; ValueError saying what "
+     "is wrong.")
     d = {str(k).lower(): v for k, v in value.items()} if isinstance(value, dict) else {}
     given = d.get('answer') not in (None, '')
     kind = str(d.get('decision') or ('answer' if given else '')).strip().lower()
     if kind in _ANSWERED:
-        if not given: raise ValueError('The decision is "answer" but "answer" is empty: write the answer.')
+        if not given:
+            raise ValueError('The decision is "answer" but "answer" is empty: write the answer.')
         a = d['answer']
         return 'answer', a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)
-    if kind == 'replan': return 'replan', str(d.get('reason') or d.get('thought') or 'the results fall short')[:2000]
-    raise ValueError('Give "decision": "answer" with the "answer", or "decision": "replan" with the "reason".')
+    if kind == 'replan':
+        return 'replan', str(d.get('reason') or d.get('thought') or 'the results fall short')[:2000]
+    raise ValueError('Give "decision": "answer" with the "answer", or "decision": "replan" with '
+                     'the "reason".')
 
 # %% ../../nbs/25_dag.ipynb #0293354f
 class DAGAgent(PlanningAgent):
-    "LLMCompiler-style: a planner writes tool calls as a graph, they run as their inputs appear, a join answers."
+    ("LLMCompiler-style: a planner writes tool calls as a graph, they run as their inputs appear, "
+     "a join answers.")
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  max_parallel:int=4, # tasks running at once at most
@@ -143,16 +167,26 @@ class DAGAgent(PlanningAgent):
         self.ask_user = bool(ask_user)
         if ask_user: self.tools = with_ask_user(self.tools)
         self.max_parallel, self.max_replans = max(1, int(max_parallel)), max(0, int(max_replans))
-        self.max_tasks, self.max_corrections, self.stream_plan = max_tasks, max_corrections, bool(stream_plan)
-        self.background, self.temperature, self.context, self.name = background, temperature, context, name
+        self.max_tasks = max_tasks
+        self.max_corrections = max_corrections
+        self.stream_plan = bool(stream_plan)
+        self.background = background
+        self.temperature = temperature
+        self.context = context
+        self.name = name
 
-    def __repr__(self): return f"DAGAgent({self.llm!r}, tools={self.tools.names}, max_parallel={self.max_parallel})"
+    def __repr__(self):
+        return f"DAGAgent({self.llm!r}, tools={self.tools.names}, max_parallel={self.max_parallel})"
 
 # %% ../../nbs/25_dag.ipynb #4011dce7
 class _DagRun:
     "One run of a `DAGAgent`: its steps so far, and each plan with the step that ran it."
     def __init__(self, agent:DAGAgent, question:str):
-        self.a, self.q, self.steps, self.rounds, self.t0 = agent, question, [], [], time.perf_counter()
+        self.a = agent
+        self.q = question
+        self.steps = []
+        self.rounds = []
+        self.t0 = time.perf_counter()
 
     @property
     def next(self) -> int: return self.steps[-1].index + 1 if self.steps else 1
@@ -170,10 +204,12 @@ def _note(value:dict) -> str: return str(value.get('thought') or '')[:1000]
 
 @patch
 def _plan(self:_DagRun, version:int, reason:str='', sent:list[dict]|None=None):
-    "Ask for a plan (with correction rounds) and announce it; returns its tasks, or None if none could be read."
+    ("Ask for a plan (with correction rounds) and announce it; returns its tasks, or None if none "
+     "could be read.")
     sent = sent or planner_messages(self.q, self.a.tools, results_text(self.rounds), reason,
                                     background=self.a.background)
-    value = yield from self.ask(sent, PLANNER_FORMAT, reader_check(read_dag, self.a.tools, self.a.max_tasks))
+    value = yield from self.ask(sent, PLANNER_FORMAT,
+                                reader_check(read_dag, self.a.tools, self.a.max_tasks))
     if value is None: return None
     tasks = read_dag(value, self.a.tools, self.a.max_tasks)
     yield PlanMade(index=self.steps[-1].index, version=version, tasks=tasks, note=_note(value))
@@ -191,9 +227,11 @@ def _work(self:_DagRun, tasks:list[PlanTask]):
 # %% ../../nbs/25_dag.ipynb #e8f7adf3
 @patch
 def _join(self:_DagRun, final:bool):
-    "Ask the join to answer or to replan; returns ('answer'|'replan', text), or None if no usable reply came."
+    ("Ask the join to answer or to replan; returns ('answer'|'replan', text), or None if no usable "
+     "reply came.")
     sent = join_messages(self.q, results_text(self.rounds), final)
-    value = yield from self.ask(sent, FINAL_JOIN_FORMAT if final else JOIN_FORMAT, reader_check(read_join))
+    value = yield from self.ask(sent, FINAL_JOIN_FORMAT if final else JOIN_FORMAT,
+                                reader_check(read_join))
     return None if value is None else read_join(value)
 
 @patch
@@ -206,15 +244,18 @@ def _planned(self:_DagRun, version:int, reason:str=''):
 # %% ../../nbs/25_dag.ipynb #a0765a23
 @patch
 def _rounds(self:_DagRun):
-    "Plan, run, join; again while the join asks for a new plan and one is left. Returns (answer, stop reason)."
+    ("Plan, run, join; again while the join asks for a new plan and one is left. Returns (answer, "
+     "stop reason).")
     reason = ''
     for version in range(1, self.a.max_replans + 2):
-        tasks = yield from (self._streamed if self.a.stream_plan else self._planned)(version, reason)
+        plan = self._streamed if self.a.stream_plan else self._planned
+        tasks = yield from plan(version, reason)
         got = None if tasks is None else (yield from self._join(final=version > self.a.max_replans))
         if got is None: return unanswered(self.steps)
         if got[0] == 'answer': return got[1], 'answer'
         reason = got[1]
-    g = Safeguard(kind='max_steps', detail=f"The join asked for a new plan after max_replans={self.a.max_replans}.")
+    g = Safeguard(kind='max_steps',
+                  detail=f"The join asked for a new plan after max_replans={self.a.max_replans}.")
     return (yield from closing_step(self.steps, g, 'native', keep_answer=True)), 'max_steps'
 
 # %% ../../nbs/25_dag.ipynb #9246a5ad
@@ -230,8 +271,10 @@ DAGAgent.runner = _DagRun
 # %% ../../nbs/25_dag.ipynb #c6b724e6
 MAX_LINE_CHARS = 20_000  # a line of a streamed plan longer than this is dropped
 
-def _pump(llm:ChatModel, sent:list[dict], temperature:float|None, q:queue.Queue, cap:int=MAX_LINE_CHARS):
-    "In a thread: put each whole line of the model's streamed reply into `q`, then ('end', the response or error)."
+def _pump(llm:ChatModel, sent:list[dict], temperature:float|None, q:queue.Queue,
+          cap:int=MAX_LINE_CHARS):
+    ("In a thread: put each whole line of the model's streamed reply into `q`, then ('end', the "
+     "response or error).")
     buf, end = '', None
     try:
         for item in llm.stream(sent, temperature=temperature):
@@ -249,20 +292,29 @@ def _pump(llm:ChatModel, sent:list[dict], temperature:float|None, q:queue.Queue,
 _TASK_KEYS = {'tool', 'function', 'action', 'id', 'name', 'args', 'arguments', 'parameters'}
 
 class _PlanLines:
-    "A streamed plan read a line at a time: the tasks so far, the planner's thought, the lines dropped and why."
+    ("A streamed plan read a line at a time: the tasks so far, the planner's thought, the lines "
+     "dropped and why.")
     def __init__(self, tools:ToolRegistry, max_tasks:int):
-        self.tools, self.max_tasks, self.items, self.tasks, self.seen = tools, max_tasks, [], [], []
-        self.note, self.repairs, self.safeguards = '', [], []
+        self.tools = tools
+        self.max_tasks = max_tasks
+        self.items = []
+        self.tasks = []
+        self.seen = []
+        self.note = ''
+        self.repairs = []
+        self.safeguards = []
 
     def _drop(self, kind:str, why:str) -> list:
-        self.safeguards.append(Safeguard(kind=kind, detail=f"A line of the plan was dropped: {why}"[:300]))
+        self.safeguards.append(Safeguard(kind=kind,
+                                         detail=f"A line of the plan was dropped: {why}"[:300]))
         return []
 
     def read(self, line:str) -> list[PlanTask]:
         "The new tasks on one line (none for a blank line, prose, a code fence or the thought)."
         self.seen.append(line[:MAX_LINE_CHARS])
         line = line.strip()
-        if len(line) > MAX_LINE_CHARS: return self._drop('size_cap', f"it has {len(line):,} characters.")
+        if len(line) > MAX_LINE_CHARS:
+            return self._drop('size_cap', f"it has {len(line):,} characters.")
         if '{' not in line: return []
         res = parse_json(line)
         if not res.ok: return self._drop('validation', res.error)
@@ -270,15 +322,18 @@ class _PlanLines:
         return self._tasks(res.value)
 
     @property
-    def level(self) -> str: return 'failed' if not self.tasks else 'repaired' if self.repairs else 'strict'
+    def level(self) -> str:
+        return 'failed' if not self.tasks else 'repaired' if self.repairs else 'strict'
 
 # %% ../../nbs/25_dag.ipynb #a5f92b9e
 @patch
 def _tasks(self:_PlanLines, v:dict) -> list[PlanTask]:
     "The tasks in one object of the plan: a task, a whole plan, or just the thought."
     low = {str(k).lower(): x for k, x in v.items()}
-    items = low['plan'] if isinstance(low.get('plan'), list) else [v] if _TASK_KEYS & set(low) else []
-    if 'thought' in low and (not items or 'plan' in low): self.note = self.note or str(low['thought'])[:1000]
+    items = [v] if _TASK_KEYS & set(low) else []
+    if isinstance(low.get('plan'), list): items = low['plan']
+    if 'thought' in low and (not items or 'plan' in low):
+        self.note = self.note or str(low['thought'])[:1000]
     elif not items: return self._drop('validation', 'it is neither a task nor the thought.')
     return [t for d in items if (t := self._add(d)) is not None]
 
@@ -294,10 +349,19 @@ def _add(self:_PlanLines, d) -> PlanTask|None:
 
 # %% ../../nbs/25_dag.ipynb #afc4955c
 class _Live:
-    "`run_plan`'s scheduler, fed while the plan streams: tasks start as they arrive and as their inputs appear."
+    ("`run_plan`'s scheduler, fed while the plan streams: tasks start as they arrive and as their "
+     "inputs appear.")
     def __init__(self, tools:ToolRegistry, index:int, max_parallel:int, q:queue.Queue, t0:float):
-        self.tools, self.index, self.max, self.q, self.t0 = tools, index, max_parallel, q, t0
-        self.sched, self.tasks, self.obs, self.running, self.group = Schedule([]), [], {}, {}, 0
+        self.tools = tools
+        self.index = index
+        self.max = max_parallel
+        self.q = q
+        self.t0 = t0
+        self.sched = Schedule([])
+        self.tasks = []
+        self.obs = {}
+        self.running = {}
+        self.group = 0
         self.calls = {}  # each task's call as made, by task id
         self.pool = ThreadPoolExecutor(max_parallel)
 
@@ -305,7 +369,8 @@ class _Live:
     def busy(self) -> bool: return bool(self.running or self.sched.todo)
     def at(self) -> float: return round(time.perf_counter() - self.t0, 4)
     def step(self) -> Step:
-        return work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs, self.calls)
+        return work_step(Step(index=self.index, parse_level='native'), self.tasks, self.obs,
+                         self.calls)
 
     def finish(self, t:PlanTask, f) -> Iterator:
         "Record a task that finished."
@@ -313,12 +378,14 @@ class _Live:
         self.obs[t.id] = o = f.result()
         self.sched.done(t, o)
         yield TaskEnd(task=t.id, index=self.index, ok=o.ok, result=o.content, at=self.at())
-        if (c := self.calls.get(t.id)) is not None: yield ToolEnd(index=self.index, observation=o, call=c)
+        if (c := self.calls.get(t.id)) is not None:
+            yield ToolEnd(index=self.index, observation=o, call=c)
 
 # %% ../../nbs/25_dag.ipynb #0b9b8c9b
 @patch
 def start(self:_Live) -> Iterator:
-    "End the tasks whose inputs failed (and those that need them); start those whose inputs exist, as room allows."
+    ("End the tasks whose inputs failed (and those that need them); start those whose inputs "
+     "exist, as room allows.")
     yield from end_blocked(self.sched, self.obs, self.index, self.at)
     new = self.sched.take(max(0, self.max - len(self.running)))
     if new: self.group += 1
@@ -333,21 +400,29 @@ def start(self:_Live) -> Iterator:
 # %% ../../nbs/25_dag.ipynb #04c64cf7
 @patch
 def _planner_step(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, end, version:int):
-    "The planner's step once its stream has ended, then the plan it wrote; a correction if it wrote no task."
-    step = Step(index=i, prompt=list(sent), parse_level=pl.level, repairs=list(pl.repairs), raw='\n'.join(pl.seen))
+    ("The planner's step once its stream has ended, then the plan it wrote; a correction if it "
+     "wrote no task.")
+    step = Step(index=i, prompt=list(sent), parse_level=pl.level, repairs=list(pl.repairs),
+                raw='\n'.join(pl.seen))
     if isinstance(end, LLMResponse):
-        step.raw, step.reasoning, step.usage = end.content or '', end.reasoning or None, call_usage(end)
-        if end.retries: step.safeguards.append(Safeguard(kind='retry', detail=retried_note(end.retries, end.malformed_retries)))
+        step.raw = end.content or ''
+        step.reasoning = end.reasoning or None
+        step.usage = call_usage(end)
+        if end.retries:
+            note = retried_note(end.retries, end.malformed_retries)
+            step.safeguards.append(Safeguard(kind='retry', detail=note))
         yield ModelOutput(index=i, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
     else:
         failed = end or ValueError('the stream ended early')
         step.safeguards += llm_error_safeguards(failed)
     step.safeguards += pl.safeguards
     if not pl.tasks and step.usage.llm_calls:
-        why = 'No line of it was a task that can run' + (f" ({pl.safeguards[0].detail})" if pl.safeguards else '.')
+        why = 'No line of it was a task that can run'
+        why += f" ({pl.safeguards[0].detail})" if pl.safeguards else '.'
         step.safeguards.append(Safeguard(kind='correction', detail=why[:300]))
         fix = correction_message(ParseResult(raw=step.raw, error=why), PLANNER_FORMAT)
-        step.messages = [{'role': 'assistant', 'content': step.raw}, {'role': 'user', 'content': fix}]
+        step.messages = [{'role': 'assistant', 'content': step.raw},
+                         {'role': 'user', 'content': fix}]
     for g in step.safeguards: yield SafeguardFired(index=i, safeguard=g)
     self.add(step)
     yield StepEnd(step=step)
@@ -356,7 +431,8 @@ def _planner_step(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, end, vers
 # %% ../../nbs/25_dag.ipynb #4c839fe9
 @patch
 def _stream_tasks(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, live:_Live, version:int):
-    "Handle the plan's lines and the finished tasks as they come, until the stream and the tasks have all ended."
+    ("Handle the plan's lines and the finished tasks as they come, until the stream and the tasks "
+     "have all ended.")
     ended = False
     while not ended or live.busy():
         kind, x = live.q.get()
@@ -364,16 +440,22 @@ def _stream_tasks(self:_DagRun, i:int, sent:list[dict], pl:_PlanLines, live:_Liv
         elif kind == 'task': yield from live.finish(*x)
         else: ended = True; yield from self._planner_step(i, sent, pl, x, version)
         yield from live.start()
-        if ended and live.sched.todo and not live.running: raise RuntimeError('tasks wait for inputs that never come')
+        if ended and live.sched.todo and not live.running:
+            raise RuntimeError('tasks wait for inputs that never come')
 
 # %% ../../nbs/25_dag.ipynb #c89901a0
 @patch
 def _streamed(self:_DagRun, version:int, reason:str=''):
-    "Stream the plan, starting each task as its line arrives; returns the tasks (or a plan asked for again), or None."
-    i, pl, q = self.next, _PlanLines(self.a.tools, self.a.max_tasks), queue.Queue()
-    sent = planner_messages(self.q, self.a.tools, results_text(self.rounds), reason, True, self.a.background)
+    ("Stream the plan, starting each task as its line arrives; returns the tasks (or a plan asked "
+     "for again), or None.")
+    i = self.next
+    pl = _PlanLines(self.a.tools, self.a.max_tasks)
+    q = queue.Queue()
+    sent = planner_messages(self.q, self.a.tools, results_text(self.rounds), reason, True,
+                            self.a.background)
     yield StepStart(index=i)
-    threading.Thread(target=_pump, args=(self.a.llm, sent, self.a.temperature, q), daemon=True).start()
+    pump = threading.Thread(target=_pump, args=(self.a.llm, sent, self.a.temperature, q), daemon=True)
+    pump.start()
     live, t = _Live(self.a.tools, i + 1, self.a.max_parallel, q, self.t0), time.perf_counter()
     with live.pool: yield from self._stream_tasks(i, sent, pl, live, version)
     if not pl.tasks:

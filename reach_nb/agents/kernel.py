@@ -29,21 +29,26 @@ def error_text(e:BaseException, n:int=1000) -> str:
 
 def crash_safeguard(e:BaseException, # an exception nothing caught
                     where:str='') -> Safeguard: # where it happened, e.g. 'in the DAG agent'
-    "An exception as an `internal_error` safeguard: its type, the start of its message, and where it happened."
+    ("An exception as an `internal_error` safeguard: its type, the start of its message, and where "
+     "it happened.")
     what = error_text(e, 500)
     return Safeguard(kind='internal_error', detail=f"{what} ({where})" if where else what)
 
 def known_summary(steps:list[Step], limit:int=300) -> str:
-    "A plain summary of what the successful observations of a run found, used when the model gives no answer."
-    found = [f"- {a}: {o.content[:limit]}" for s in steps for a, o in zip(s.actions, s.observations) if o.ok]
+    ("A plain summary of what the successful observations of a run found, used when the model "
+     "gives no answer.")
+    found = [f"- {a}: {o.content[:limit]}"
+             for s in steps for a, o in zip(s.actions, s.observations) if o.ok]
     if not found: return "No conclusion was reached and no tool returned a result."
     return "No conclusion was reached. What the tools returned:\n" + '\n'.join(found)
 
 # %% ../../nbs/20_kernel.ipynb #aa86773c
 def call_usage(r:LLMResponse) -> Usage:
     "What one model call used."
-    return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
-                 estimated_calls=int(bool(r.usage_estimated)), reasoning_tokens=r.reasoning_tokens or 0)
+    return Usage(llm_calls=1, prompt_tokens=r.prompt_tokens or 0,
+                 completion_tokens=r.completion_tokens or 0,
+                 estimated_calls=int(bool(r.usage_estimated)),
+                 reasoning_tokens=r.reasoning_tokens or 0)
 
 def retried_note(n:int, # retries of the step's model call
                  malformed:int=0, # of those, the ones after a response body that was not a chat completion
@@ -57,9 +62,11 @@ def retried_note(n:int, # retries of the step's model call
 def llm_error_safeguards(e:Exception) -> list[Safeguard]:
     "The safeguards of a failed model call: the error, and the retries made before giving up."
     n = getattr(e, 'retries', 0)
-    if not (isinstance(n, int) and n > 0): return [Safeguard(kind='llm_error', detail=error_text(e))]
+    if not (isinstance(n, int) and n > 0):
+        return [Safeguard(kind='llm_error', detail=error_text(e))]
     failed = retried_note(n, getattr(e, 'malformed_retries', 0)) + ' It still failed.'
-    return [Safeguard(kind='llm_error', detail=error_text(e)), Safeguard(kind='retry', detail=failed)]
+    return [Safeguard(kind='llm_error', detail=error_text(e)),
+            Safeguard(kind='retry', detail=failed)]
 
 # %% ../../nbs/20_kernel.ipynb #f67ce15d
 def _streamed(llm:ChatModel, sent:list[dict], index:int, kw:dict) -> Iterator:
@@ -76,15 +83,18 @@ def model_call(llm:ChatModel, # the model
                step:Step, # the step the call makes: its raw reply, usage, reasoning and safeguards are set
                stream:bool=False, # stream the reply as `TokenDelta` events
                **kw) -> Iterator: # for the model: tools, json_mode, temperature
-    "One model call for `step`, as events (tokens, when streaming); returns the response, or None after `llm_error`."
-    try: resp = (yield from _streamed(llm, sent, step.index, kw)) if stream else llm.chat(sent, **kw)
+    ("One model call for `step`, as events (tokens, when streaming); returns the response, or None "
+     "after `llm_error`.")
+    try:
+        resp = (yield from _streamed(llm, sent, step.index, kw)) if stream else llm.chat(sent, **kw)
     except Exception as e:
         step.safeguards += llm_error_safeguards(e)
         return None
     return _noted(step, resp)
 
 def model_reply(llm:ChatModel, sent:list[dict], step:Step, **kw) -> LLMResponse|None:
-    "`model_call` without streaming, as a plain function: for a loop that counts each microsecond of a step."
+    ("`model_call` without streaming, as a plain function: for a loop that counts each microsecond "
+     "of a step.")
     try: resp = llm.chat(sent, **kw)
     except Exception as e:
         step.safeguards += llm_error_safeguards(e)
@@ -96,25 +106,31 @@ def _noted(step:Step, resp:LLMResponse) -> LLMResponse:
     step.raw, step.usage = resp.content or '', call_usage(resp)
     if resp.reasoning: step.reasoning = resp.reasoning
     if resp.retries:
-        step.safeguards.append(Safeguard(kind='retry', detail=retried_note(resp.retries, resp.malformed_retries)))
+        step.safeguards.append(Safeguard(kind='retry',
+                                         detail=retried_note(resp.retries, resp.malformed_retries)))
     return resp
 
 # %% ../../nbs/20_kernel.ipynb #7dfc5ccc
 SAFEGUARDS = {  # what `safeguards=...` switches off in an agent, and what each does when on
     'tolerant_parsing': 'repair a reply that is almost JSON and use tool calls written in its text '
                         '(off: json.loads alone, anything else is a failed reply)',
-    'correction': 'send a failed reply back with what was wrong and the expected format (off: it ends the run)',
+    'correction': 'send a failed reply back with what was wrong and the expected format (off: it '
+                  'ends the run)',
     'suggestions': 'say which tool or parameter an unknown name probably meant (a registry option)',
-    'coercion': 'take parameter synonyms, case variants and values of a near type (a registry option)',
-    'repeat_guard': "restate a repeated call's result instead of running it again (off: every call runs; ReAct)"}
+    'coercion': 'take parameter synonyms, case variants and values of a near type (a registry '
+                'option)',
+    'repeat_guard': "restate a repeated call's result instead of running it again (off: every call "
+                    "runs; ReAct)"}
 
 def check_safeguards(switches:dict|None=None) -> dict[str, bool]: # e.g. {'correction': False}
-    "Every safeguard of `SAFEGUARDS` with whether it is on: all of them, except those `switches` turns off."
+    ("Every safeguard of `SAFEGUARDS` with whether it is on: all of them, except those `switches` "
+     "turns off.")
     switches = dict(switches or {})
     if bad := [k for k in switches if k not in SAFEGUARDS]:
         raise ValueError(f"Unknown safeguard(s) {bad}: use {', '.join(map(repr, SAFEGUARDS))}.")
     if bad := [k for k, v in switches.items() if not isinstance(v, bool)]:
-        raise ValueError(f"A safeguard is switched with True or False, got {switches[bad[0]]!r} for {bad[0]!r}.")
+        raise ValueError(f"A safeguard is switched with True or False, got {switches[bad[0]]!r} "
+                         f"for {bad[0]!r}.")
     return {k: switches.get(k, True) for k in SAFEGUARDS}
 
 def switched_off(switches:dict|None) -> list[str]:
@@ -122,7 +138,8 @@ def switched_off(switches:dict|None) -> list[str]:
     return [k for k, on in (switches or {}).items() if not on]
 
 def switched_tools(tools:ToolRegistry, switches:dict) -> ToolRegistry:
-    "`tools`, or a copy of it with the registry's safeguards that `switches` turns off switched off."
+    ("`tools`, or a copy of it with the registry's safeguards that `switches` turns off switched "
+     "off.")
     off = [k for k in ('suggestions', 'coercion') if not switches[k] and getattr(tools, k, True)]
     if not off: return tools
     reg = copy.copy(tools)
@@ -149,21 +166,25 @@ def model_labels(llm) -> dict: return dict(getattr(llm, 'meta', {}) or {})
 def model_name(llm) -> str: return '' if llm is None else getattr(llm, 'name', type(llm).__name__)
 
 def tool_notes(tools) -> dict:
-    "What the tools' sources said when they were listed (an MCP server's tools skipped or renamed), for the trace."
+    ("What the tools' sources said when they were listed (an MCP server's tools skipped or "
+     "renamed), for the trace.")
     notes = getattr(getattr(tools, 'mcp', None), 'skipped', None)
     return {'tool_notes': list(notes)} if notes else {}
 
 def default_registry(tools) -> ToolRegistry:
-    "`tools` as a registry: a `ToolRegistry` as it is; functions with the configured timeout and observation cap."
+    ("`tools` as a registry: a `ToolRegistry` as it is; functions with the configured timeout and "
+     "observation cap.")
     if isinstance(tools, ToolRegistry): return tools
     s = load_settings()
-    return ToolRegistry(tools, timeout=s.tool_timeout or None, max_chars=s.max_observation_chars or None)
+    return ToolRegistry(tools, timeout=s.tool_timeout or None,
+                        max_chars=s.max_observation_chars or None)
 
 # %% ../../nbs/20_kernel.ipynb #01332714
 ASK_USER, WAITING = 'ask_user', "(waiting for the user's reply)"
 
 def ask_user(question:str): # what to ask, in one or two sentences
-    "Ask the user something only they can answer (a preference, a missing fact, a choice); the run waits for the reply."
+    ("Ask the user something only they can answer (a preference, a missing fact, a choice); the "
+     "run waits for the reply.")
     return WAITING
 
 def with_ask_user(tools:ToolRegistry) -> ToolRegistry:
@@ -178,12 +199,14 @@ def is_ask(c:ToolCall) -> bool:
 
 def pending_question(step:Step) -> str|None:
     "The question a step put to the user that still waits for a reply, if any."
-    return next((str(a.args.get('question', a.args.get('_0', ''))) for a, o in zip(step.actions, step.observations)
+    return next((str(a.args.get('question', a.args.get('_0', '')))
+                 for a, o in zip(step.actions, step.observations)
                  if o.content == WAITING and is_ask(a)), None)
 
 # %% ../../nbs/20_kernel.ipynb #0ae662f6
 def _closing(done:list[Step], g:Safeguard, open_:int|None, level:str, keep_answer:bool) -> Iterator:
-    "A last step that records why the run ends: the step left open, or a new one. Returns what the tools found."
+    ("A last step that records why the run ends: the step left open, or a new one. Returns what "
+     "the tools found.")
     answer = known_summary(done)
     i = open_ if open_ is not None else done[-1].index + 1 if done else 1
     step = Step(index=i, parse_level=level, safeguards=[g], answer=answer if keep_answer else None)
@@ -203,20 +226,26 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
               level:str='failed', # the parse level of a step that records an exception
               keep_answer:bool=False, # such a step keeps the answer too
               t0:float|None=None) -> Iterator: # when the run began (`time.perf_counter()`)
-    "A run as events: its start, `body`'s events, its end with every step's usage; nothing raises out of it."
+    ("A run as events: its start, `body`'s events, its end with every step's usage; nothing raises "
+     "out of it.")
     # a step that asks the user ends it: `needs_input`
-    llm, done, open_ = getattr(agent, 'llm', None), list(steps or []), None
+    llm = getattr(agent, 'llm', None)
+    done = list(steps or [])
+    open_ = None
     t0 = time.perf_counter() if t0 is None else t0
-    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)  # it may ask
+    # it may ask
+    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)
     if start:
-        off = {'safeguards_off': off} if (off := switched_off(getattr(agent, 'safeguards', None))) else {}
+        names = switched_off(getattr(agent, 'safeguards', None))
+        off = {'safeguards_off': names} if names else {}
         notes = tool_notes(getattr(agent, 'tools', None))
         yield RunStart(question=question, agent=agent.name, model=model_name(llm),
                        meta={**model_labels(llm), **meta, **off, **notes, **(labels or {})})
         for s in done: yield StepEnd(step=s)
     try:
         try:
-            while True:  # pass the body's events on, noting the steps (compared by type: this runs per event)
+            # pass the body's events on, noting the steps (compared by type: this runs per event)
+            while True:
                 e = next(body)
                 if (k := type(e)) is StepStart: open_ = e.index
                 elif k is StepEnd:
@@ -230,7 +259,9 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
         answer, reason, *more = out
     except Exception as e:
         g = crash_safeguard(e, where)
-        answer, reason, more = (yield from _closing(done, g, open_, level, keep_answer)), 'error', []
+        answer = yield from _closing(done, g, open_, level, keep_answer)
+        reason = 'error'
+        more = []
     finally: body.close()
     usage = sum((s.usage for s in done), Usage())
     usage.wall_time = time.perf_counter() - t0
@@ -249,7 +280,8 @@ def cancellable(events:Iterable, # a run's events, from any agent's `stream`
         if stop.is_set(): break
     else: return
     if hasattr(it, 'close'): it.close()
-    yield RunEnd(answer=known_summary(done), stop_reason='stopped', usage=sum((s.usage for s in done), Usage()),
+    yield RunEnd(answer=known_summary(done), stop_reason='stopped',
+                 usage=sum((s.usage for s in done), Usage()),
                  meta={'stopped': 'the run was cancelled'})
 
 # %% ../../nbs/20_kernel.ipynb #1a156ad3
@@ -261,17 +293,21 @@ def call_key(c:ToolCall) -> str:
     except (TypeError, ValueError, RecursionError): return f'{c.tool}#unreadable'
 
 def _reply(step:Step, said:ModelOutput|None, calls:list[ToolCall], mode:str) -> LLMResponse|None:
-    "The model's reply that made `step`, as the model gave it (native calls included); None if it cannot be known."
+    ("The model's reply that made `step`, as the model gave it (native calls included); None if it "
+     "cannot be known.")
     u, raw = step.usage, step.raw if said is None else said.raw
     native = mode == 'native' and (said.parse_level if said else step.parse_level) == 'native'
-    if native and not calls and said is not None and step.answer is None: return None  # calls not stored yet
+    # calls not stored yet
+    if native and not calls and said is not None and step.answer is None: return None
     return LLMResponse(content=raw, reasoning=step.reasoning or '', prompt_tokens=u.prompt_tokens,
                        completion_tokens=u.completion_tokens, reasoning_tokens=u.reasoning_tokens,
-                       usage_estimated=bool(u.estimated_calls), tool_calls=list(calls) if native else [])
+                       usage_estimated=bool(u.estimated_calls),
+                       tool_calls=list(calls) if native else [])
 
 # %% ../../nbs/20_kernel.ipynb #c3667070
 def _tries(events:list) -> dict[int, list[list]]:
-    "Per step index, the events of each of its tries (a step carried on after a stop is tried again)."
+    ("Per step index, the events of each of its tries (a step carried on after a stop is tried "
+     "again).")
     out = defaultdict(list)
     for e in events:
         i = e.step.index if isinstance(e, StepEnd) else getattr(e, 'index', None)
@@ -281,7 +317,8 @@ def _tries(events:list) -> dict[int, list[list]]:
     return out
 
 def _cut_step(tries:list[list]) -> tuple[list, list]:
-    "The calls of a step that did not end: (call, result) for each result of any try, and the calls left open."
+    ("The calls of a step that did not end: (call, result) for each result of any try, and the "
+     "calls left open.")
     pairs = [p for t in tries for p in _paired(t)]
     done = Counter(call_key(c) for c, o in pairs if o is not None)
     open_ = []
@@ -292,7 +329,8 @@ def _cut_step(tries:list[list]) -> tuple[list, list]:
     return [(c, o) for c, o in pairs if o is not None], open_
 
 def _paired(got:list) -> list[tuple[ToolCall, Observation|None]]:
-    "The calls one try of a step started, each with its result or None; results without their call pair in order."
+    ("The calls one try of a step started, each with its result or None; results without their "
+     "call pair in order.")
     calls = [e.call for e in got if isinstance(e, ToolStart)]
     ends = [e for e in got if isinstance(e, ToolEnd)]
     keyed = defaultdict(list)
@@ -305,17 +343,21 @@ def _paired(got:list) -> list[tuple[ToolCall, Observation|None]]:
 
 # %% ../../nbs/20_kernel.ipynb #18afbb41
 class Journal:
-    "What a stored run did: the model's replies in order, each tool call's result by step and call, calls left open."
+    ("What a stored run did: the model's replies in order, each tool call's result by step and "
+     "call, calls left open.")
     def __init__(self, events:Iterable, # the run's stored events (or a `Run`'s)
                  mode:str='json', # the agent's mode: 'native' replies carry their tool calls
                  upto:int|None=None): # keep only the steps before this index (a fork)
         evs = [event_from_json(e) if isinstance(e, dict) else e for e in events]
-        self.replies, self.results, self.open = [], defaultdict(list), defaultdict(list)
+        self.replies = []
+        self.results = defaultdict(list)
+        self.open = defaultdict(list)
         self.lock = threading.Lock()
         ended = {e.step.index: e.step for e in evs if isinstance(e, StepEnd)}
         for i, tries in sorted(_tries(evs).items()):
             if upto is not None and i >= upto: break
-            said = next((e for t in reversed(tries) for e in reversed(t) if isinstance(e, ModelOutput)), None)
+            said = next((e for t in reversed(tries)
+                         for e in reversed(t) if isinstance(e, ModelOutput)), None)
             step, calls = ended.get(i), [e.call for e in tries[-1] if isinstance(e, ToolStart)]
             if step is not None: pairs, open_ = list(zip(step.actions, step.observations)), []
             else: pairs, open_ = _cut_step(tries)
@@ -344,10 +386,13 @@ class Journal:
 
 # %% ../../nbs/20_kernel.ipynb #eb84ba12
 class ReplayModel(ChatModel):
-    "`inner`, with its first replies taken from a journal: calls a stored run already paid for are not made again."
+    ("`inner`, with its first replies taken from a journal: calls a stored run already paid for "
+     "are not made again.")
     def __init__(self, inner:ChatModel, journal:Journal):
         super().__init__(getattr(inner, 'name', None))
-        self.inner, self.journal, self.meta = inner, journal, getattr(inner, 'meta', {})
+        self.inner = inner
+        self.journal = journal
+        self.meta = getattr(inner, 'meta', {})
 
     def chat(self, messages:list[dict], **kw) -> LLMResponse:
         r = self.journal.reply()
@@ -363,10 +408,14 @@ def watched(reg:ToolRegistry, # the registry
             before:Callable|None=None, # (call) -> an observation that answers it instead, or None to run it
             after:Callable|None=None, # (call, observation) -> the observation, as each call returns
             key:Callable|None=None) -> ToolRegistry: # (call) -> the idempotency key for a tool that takes one
-    "A copy of `reg` whose tool calls pass through `before` and `after`; the registry itself is left as it is."
-    out, call, acall = copy.copy(reg), reg.call, reg.acall
+    ("A copy of `reg` whose tool calls pass through `before` and `after`; the registry itself is "
+     "left as it is.")
+    out = copy.copy(reg)
+    call = reg.call
+    acall = reg.acall
     def keyed(c, kw):
-        if key is None or 'key' in kw or not getattr(reg.resolve(c.tool), 'takes_key', False): return kw
+        if key is None or 'key' in kw or not getattr(reg.resolve(c.tool), 'takes_key', False):
+            return kw
         return kw if (k := key(c)) is None else {**kw, 'key': k}
     def run(c, *a, **kw):
         if not isinstance(c, ToolCall): return call(c, *a, **kw)
@@ -384,7 +433,8 @@ def watched(reg:ToolRegistry, # the registry
 def rewired(agent, # any agent
             llm:Callable|None=None, # model -> the model to use instead
             tools:Callable|None=None): # registry -> the registry to use instead
-    "A copy of `agent` with its model and tools swapped, and so for the agents it hands questions to (a router's)."
+    ("A copy of `agent` with its model and tools swapped, and so for the agents it hands questions "
+     "to (a router's).")
     out = copy.copy(agent)
     if llm is not None and getattr(agent, 'llm', None) is not None: out.llm = llm(agent.llm)
     if tools is not None and isinstance(getattr(agent, 'tools', None), ToolRegistry):
@@ -394,8 +444,9 @@ def rewired(agent, # any agent
     return out
 
 # %% ../../nbs/20_kernel.ipynb #7b9b69de
-NOT_AGAIN = ("Not run again: {call} had started when the run's process stopped, and this tool changes things outside "
-             "the run, so it may have taken effect. Check whether it did before calling it again.")
+NOT_AGAIN = ("Not run again: {call} had started when the run's process stopped, and this tool "
+             "changes things outside the run, so it may have taken effect. Check whether it did "
+             "before calling it again.")
 
 def _not_again(c:ToolCall) -> Observation:
     said = f"{c.tool}({', '.join(f'{a}={v!r}' for a, v in c.args.items())})"[:300]
@@ -406,21 +457,25 @@ def idempotency_key(run_id:str, # the stored run
                     index:int, # the step the call was made in
                     c:ToolCall, # the call
                     n:int=0) -> str: # how many times the same call was made in that step before
-    "The key a call gets in a stored run: the same each time the run is carried on, so the tool can do it once."
+    ("The key a call gets in a stored run: the same each time the run is carried on, so the tool "
+     "can do it once.")
     said = f"{run_id}\n{index}\n{call_key(c)}\n{n}".encode('utf-8', 'surrogatepass')
     return hashlib.sha256(said).hexdigest()[:32]
 
 class Calls:
-    "The tool calls of a run as its `tool_start` events show them: the step of each, and its idempotency key."
+    ("The tool calls of a run as its `tool_start` events show them: the step of each, and its "
+     "idempotency key.")
     def __init__(self, run_id:str=''):
         self.run_id, self.lock = run_id, threading.Lock()
-        self.made, self.times = {}, Counter()  # id(call) -> (call, step, times made before); (step, call) -> times
+        # id(call) -> (call, step, times made before); (step, call) -> times
+        self.made, self.times = {}, Counter()
     def see(self, e):
         "Note the call of a `tool_start` event (other events pass)."
         if not isinstance(e, ToolStart): return
         with self.lock:
             k = (e.index, call_key(e.call))
-            self.made[id(e.call)], self.times[k] = (e.call, e.index, self.times[k]), self.times[k] + 1
+            self.made[id(e.call)] = (e.call, e.index, self.times[k])
+            self.times[k] += 1
     def _of(self, c:ToolCall) -> tuple|None:
         got = self.made.get(id(c))
         return got if got is not None and got[0] is c else None
@@ -429,7 +484,8 @@ class Calls:
         return None if (got := self._of(c)) is None else got[1]
     def key(self, c:ToolCall) -> str|None:
         "Call `c`'s idempotency key, if its `tool_start` was seen."
-        return None if (got := self._of(c)) is None else idempotency_key(self.run_id, got[1], c, got[2])
+        got = self._of(c)
+        return None if got is None else idempotency_key(self.run_id, got[1], c, got[2])
 
 def _extra_key(e) -> str: return e.model_dump_json(exclude={'at', 'group'})
 
@@ -443,14 +499,16 @@ class Diverged(RuntimeError):
     "A run made again from its journal went another way than the stored one."
 
 def _replaying(agent, j:Journal, calls:Calls, after:Callable|None=None):
-    "`agent` answered from journal `j`: its model's replies, its tools' results; a call that had started is keyed."
+    ("`agent` answered from journal `j`: its model's replies, its tools' results; a call that had "
+     "started is keyed.")
     def answered(reg):
         def before(c):
             i = calls.index(c)
             if (o := j.result(i, c)) is not None: return o
             t = reg.resolve(c.tool)
             if t is None or not t.side_effects or not j.started(i, c): return None
-            return None if t.takes_key else _not_again(c)  # with its key the tool can tell it did it already
+            # with its key the tool can tell it did it already
+            return None if t.takes_key else _not_again(c)
         return watched(reg, before, after, calls.key)
     return rewired(agent, lambda m: ReplayModel(m, j), answered)
 
@@ -459,11 +517,14 @@ def carry_on(agent, # the agent the run was made with (the same architecture, to
              events:list, # the run's stored events
              after:Callable|None=None, # (call, observation) -> observation, as each new call returns
              **kw) -> Iterator: # for `agent.stream`: meta, head
-    "The events that finish a stored run: the agent runs again from its journal; only what is new is yielded."
+    ("The events that finish a stored run: the agent runs again from its journal; only what is new "
+     "is yielded.")
     evs = [event_from_json(e) if isinstance(e, dict) else e for e in events]
     j = Journal(evs, getattr(agent, 'mode', 'json'))
-    calls = Calls((kw.get('meta') or {}).get('run_id') or (evs[0].meta.get('run_id', '') if evs else ''))
-    wired, stored = _replaying(agent, j, calls, after), [e.step for e in evs if isinstance(e, StepEnd)]
+    run_id = (kw.get('meta') or {}).get('run_id') or (evs[0].meta.get('run_id', '') if evs else '')
+    calls = Calls(run_id)
+    wired = _replaying(agent, j, calls, after)
+    stored = [e.step for e in evs if isinstance(e, StepEnd)]
     extras = Counter(_extra_key(e) for e in evs if isinstance(e, EXTRA_EVENTS))
     passed = 0
     for e in wired.stream(question, **{k: v for k, v in kw.items() if v is not None}):
@@ -473,20 +534,24 @@ def carry_on(agent, # the agent the run was made with (the same architecture, to
         if passed < len(stored) and not isinstance(e, RunEnd):
             if isinstance(e, StepEnd):
                 if not _same(e.step, stored[passed]): raise Diverged(
-                    f"step {stored[passed].index} went another way than the stored one: resume with the agent, "
-                    "tools and settings the run was made with")
+                    f"step {stored[passed].index} went another way than the stored one: resume "
+                    "with the agent, tools and settings the run was made with")
                 passed += 1
             continue
         yield e
 
 # %% ../../nbs/20_kernel.ipynb #79e3c90a
 def _texts(s:Step, observation) -> dict[int, str]:
-    "What each call position of step `s` returns instead: `observation` as a text, a list, or {position: text}."
-    if not s.actions: raise ValueError(f"Step {s.index} called no tool: replace its model_output instead.")
+    ("What each call position of step `s` returns instead: `observation` as a text, a list, or "
+     "{position: text}.")
+    if not s.actions:
+        raise ValueError(f"Step {s.index} called no tool: replace its model_output instead.")
     texts = observation if isinstance(observation, dict) else dict(enumerate(
         [observation] if isinstance(observation, str) else observation))
-    if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
-        f"Step {s.index} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
+    bad = [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]
+    if bad: raise ValueError(
+        f"Step {s.index} made {len(s.observations)} call(s): no position {bad[0]!r} (positions "
+        "count from 0).")
     return {k: str(v) for k, v in texts.items()}
 
 def _played(wired, calls:Calls, question:str, kw:dict) -> Iterator:
@@ -496,9 +561,11 @@ def _played(wired, calls:Calls, question:str, kw:dict) -> Iterator:
 
 # %% ../../nbs/20_kernel.ipynb #dd6f97ba
 def _journal_to(agent, run:Run, step:int, model_output=None, observation=None) -> Journal:
-    "The journal a run carried on from `step` plays back: the steps before it, and what `step` gets instead."
+    ("The journal a run carried on from `step` plays back: the steps before it, and what `step` "
+     "gets instead.")
     steps, mode = {s.index: s for s in run.steps}, getattr(agent, 'mode', 'json')
-    if step not in steps: raise ValueError(f"The run has no step {step}; its steps are {list(steps)}.")
+    if step not in steps:
+        raise ValueError(f"The run has no step {step}; its steps are {list(steps)}.")
     if model_output is not None and observation is not None:
         raise ValueError("Give model_output or observation, not both.")
     s, j = steps[step], Journal(run.events(), mode, upto=step)
@@ -510,12 +577,14 @@ def _journal_to(agent, run:Run, step:int, model_output=None, observation=None) -
         texts = _texts(s, observation)
         if s.usage.llm_calls: j.replies.append(_reply(s, None, s.actions, mode))
         for k, (c, o) in enumerate(zip(s.actions, s.observations)):
-            new = o.model_copy(update={'content': texts[k], 'ok': True, 'error': None}) if k in texts else o
+            new = o
+            if k in texts: new = o.model_copy(update={'content': texts[k], 'ok': True, 'error': None})
             j.results[(step, call_key(c))].append(new)
     return j
 
 def _carry(agent, run:Run, j:Journal, labels:dict, after:Callable|None) -> Iterator:
-    "The events of a new run that plays `run` back from journal `j`, then goes on as the agent does."
+    ("The events of a new run that plays `run` back from journal `j`, then goes on as the agent "
+     "does.")
     calls = Calls(labels.get('run_id') or '')
     kw = {'meta': labels, 'head': run.meta.get('head')}
     return _played(_replaying(agent, j, calls, after), calls, run.question, kw)
@@ -528,7 +597,8 @@ def fork_events(agent, # the agent that carries on (the run's architecture and t
                 parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
                 meta:dict|None=None, # more labels for the fork's `RunStart.meta` (a `run_id` keys its calls)
                 after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
-    "Carry `run` on from step `step` as a new run of any architecture, yielding its events; arguments checked at once."
+    ("Carry `run` on from step `step` as a new run of any architecture, yielding its events; "
+     "arguments checked at once.")
     j = _journal_to(agent, run, step, model_output, observation)
     return _carry(agent, run, j, {**(meta or {}), 'fork_step': step, 'parent': parent}, after)
 
@@ -538,11 +608,12 @@ def reply_events(agent, # the agent whose run waits (the run's architecture and 
                  text:str, # the user's reply to its question
                  meta:dict|None=None, # more labels for the new run's `RunStart.meta`
                  after:Callable|None=None) -> Iterator: # (call, observation) -> observation, as each new call returns
-    "Carry on a run that waits for the user, `text` as the result of its `ask_user` call; checked at once."
+    ("Carry on a run that waits for the user, `text` as the result of its `ask_user` call; checked "
+     "at once.")
     last = run.steps[-1] if run.steps else None
     if last is None or pending_question(last) is None:
-        raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); "
-                         "ask a new question instead.")
+        raise ValueError("This run is not waiting for the user (it stopped with "
+                         f"{run.stop_reason!r}); ask a new question instead.")
     pairs = enumerate(zip(last.actions, last.observations))
     k = next(k for k, (a, o) in pairs if is_ask(a) and o.content == WAITING)
     j = _journal_to(agent, run, last.index, observation={k: str(text)[:20_000]})

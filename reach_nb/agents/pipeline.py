@@ -17,7 +17,8 @@ from ..tools import ToolRegistry, suggest_name, truncate
 from ..llm.models import ChatModel
 from .react import PROTOCOL, Decision, decide
 from .kernel import Shown, known_summary
-from .kernel import check_safeguards, default_registry, model_call, run_frame, switched_tools, with_ask_user
+from .kernel import check_safeguards, default_registry, model_call, run_frame
+from .kernel import switched_tools, with_ask_user
 from .plan import ask_json, asking, run_plan
 
 # %% auto #0
@@ -31,11 +32,13 @@ __all__ = ['WHEN', 'OUTPUTS', 'CHANNELS', 'STAGE_PLACEHOLDERS', 'STAGE_KEYS', 'P
 WHEN = ('before', 'loop', 'after')  # when a stage runs: once before the loop, in it, once after it
 OUTPUTS = ('text', 'json', 'final_answer', 'heartbeat')  # what a stage's reply is
 CHANNELS = ('user', 'flow', 'error')  # where stage outputs go: to the user, to later stages, errors
-STAGE_PLACEHOLDERS = ('question', 'tools', 'history', 'flow', 'protocol', 'iteration', 'max_iterations')
+STAGE_PLACEHOLDERS = ('question', 'tools', 'history', 'flow', 'protocol', 'iteration',
+                      'max_iterations')
 
 @dataclass(frozen=True)
 class Stage:
-    "One stage: its name, when it runs, its prompt template, temperature, tool switch and output type."
+    ("One stage: its name, when it runs, its prompt template, temperature, tool switch and output "
+     "type.")
     name: str
     template: str  # the prompt: a format string over `STAGE_PLACEHOLDERS`
     when: str = 'loop'  # one of `WHEN`
@@ -45,25 +48,30 @@ class Stage:
     source: str = ''  # the file the template came from, named in messages
 
     def __repr__(self):
-        return (f"Stage({self.name!r}, when={self.when!r}, output={self.output!r}, tools={self.tools}, "
-                f"temperature={self.temperature})")
+        return (f"Stage({self.name!r}, when={self.when!r}, output={self.output!r}, "
+                f"tools={self.tools}, temperature={self.temperature})")
 
 # %% ../../nbs/27_pipeline.ipynb #6a1ab4d9
 def _fields(template:str, where:str) -> list[tuple]:
-    "The (name, format spec, conversion) of each placeholder in `template`; a `UserError` if it is not a template."
-    try: return [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+    ("The (name, format spec, conversion) of each placeholder in `template`; a `UserError` if it "
+     "is not a template.")
+    try: return [(f, spec, conv)
+                 for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as e:
-        raise UserError(f"a broken placeholder ({e})", where, 'write {{ and }} for a literal brace') from None
+        raise UserError(f"a broken placeholder ({e})", where,
+                        'write {{ and }} for a literal brace') from None
 
 def check_placeholders(template:str, # a stage's prompt template
                        where:str) -> str: # the file it came from, named in the error
-    "`template`, if each placeholder in it is a plain one of `STAGE_PLACEHOLDERS`; else a `UserError` naming it."
+    ("`template`, if each placeholder in it is a plain one of `STAGE_PLACEHOLDERS`; else a "
+     "`UserError` naming it.")
     for f, spec, conv in _fields(template, where):
         if f not in STAGE_PLACEHOLDERS:
             known = ', '.join('{' + p + '}' for p in STAGE_PLACEHOLDERS)
             raise UserError(f"unknown placeholder {{{f}}}", where,
                             f"use {known}; write {{{{ and }}}} for a literal brace")
-        if spec or conv: raise UserError(f"the placeholder {{{f}}} has a format", where, f"write it as {{{f}}}")
+        if spec or conv:
+            raise UserError(f"the placeholder {{{f}}} has a format", where, f"write it as {{{f}}}")
     return template
 
 # %% ../../nbs/27_pipeline.ipynb #ce939508
@@ -77,13 +85,15 @@ def _unknown_keys(d:dict, keys:tuple, where:str):
     for k in d:
         if k in keys: continue
         near = suggest_name(str(k), keys)
-        raise UserError(f"unknown key {str(k)!r}", where, (f"did you mean {near!r}? " if near else '') +
+        raise UserError(f"unknown key {str(k)!r}", where,
+                        (f"did you mean {near!r}? " if near else '') +
                         f"The keys are {', '.join(keys)}")
 
 def _choice(v, choices:tuple, key:str, where:str) -> str:
     "`v` if it is one of `choices`, else a `UserError` listing them."
     if isinstance(v, str) and v in choices: return v
-    raise UserError(f"{key}: {v!r} is not one of {', '.join(choices)}", where, f"write e.g. {key}: {choices[0]}")
+    raise UserError(f"{key}: {v!r} is not one of {', '.join(choices)}", where,
+                    f"write e.g. {key}: {choices[0]}")
 
 # %% ../../nbs/27_pipeline.ipynb #110c457c
 def _temperature(v, where:str) -> float|None:
@@ -97,63 +107,77 @@ def _temperature(v, where:str) -> float|None:
 def _cap(v, where:str) -> int:
     "The iteration cap: a whole number from 1 to `MAX_ITERATIONS`."
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_ITERATIONS:
-        raise UserError(f"max_iterations: {v!r} is not a whole number from 1 to {MAX_ITERATIONS}", where,
-                        'write e.g. max_iterations: 5')
+        raise UserError(f"max_iterations: {v!r} is not a whole number from 1 to {MAX_ITERATIONS}",
+                        where, 'write e.g. max_iterations: 5')
     return v
 
 MAX_PROMPT_BYTES = 100_000  # the largest prompt or system file a pipeline may name
 
 def _read_text(f:Path, what:str, where:str, base:Path) -> str:
-    "The text of a file the YAML names, inside the pipeline's folder `base`; a `UserError` naming both if not."
+    ("The text of a file the YAML names, inside the pipeline's folder `base`; a `UserError` naming "
+     "both if not.")
     try: return read_capped(f, MAX_PROMPT_BYTES, inside=base)
     except FileNotFoundError:
-        raise UserError(f"the {what} file {f} does not exist", where, 'create it, or fix the path: it is relative to '
-                        'the YAML file') from None
+        raise UserError(f"the {what} file {f} does not exist", where,
+                        'create it, or fix the path: it is relative to the YAML file') from None
     except (OSError, ValueError) as e:
         why = e if isinstance(e, ValueError) else type(e).__name__
-        raise UserError(f"cannot read the {what} file {f} ({why})", where, "give a UTF-8 text file in the pipeline's "
+        raise UserError(f"cannot read the {what} file {f} ({why})", where,
+                        "give a UTF-8 text file in the pipeline's "
                         f"folder, of at most {MAX_PROMPT_BYTES:,} bytes") from None
 
 # %% ../../nbs/27_pipeline.ipynb #7f07bc0d
 def _template(d:dict, base:Path, where:str) -> tuple[str, str]:
-    "A stage's template and where it came from: its `prompt` file (relative to the YAML) or its inline `template`."
+    ("A stage's template and where it came from: its `prompt` file (relative to the YAML) or its "
+     "inline `template`.")
     if ('prompt' in d) == ('template' in d):
-        raise UserError('a stage needs one of prompt: (a file) and template: (the text)', where, 'give exactly one')
+        raise UserError('a stage needs one of prompt: (a file) and template: (the text)', where,
+                        'give exactly one')
     key = 'prompt' if 'prompt' in d else 'template'
     if not isinstance(d[key], str) or not d[key].strip():
-        raise UserError(f"{key}: {d[key]!r} is not a file name or text", where, f"give {key}: as text")
+        raise UserError(f"{key}: {d[key]!r} is not a file name or text", where,
+                        f"give {key}: as text")
     if key == 'template': return d['template'], where
     f = base / d['prompt']
     return _read_text(f, 'prompt', where, base), str(f)
 
 def _stage_where(d, n:int, src:str) -> str:
-    "How errors name stage `n` of the file `src`; a `UserError` if it is not a mapping with a usable name."
-    if not isinstance(d, dict): raise UserError(f"stage {n} is not a mapping", src, 'write each stage as name:, '
+    ("How errors name stage `n` of the file `src`; a `UserError` if it is not a mapping with a "
+     "usable name.")
+    if not isinstance(d, dict): raise UserError(f"stage {n} is not a mapping", src,
+                                                'write each stage as name:, '
                                                 'when:, prompt:, temperature:, tools:, output:')
     name = d.get('name')
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise UserError(f"stage {n} has no usable name ({name!r})", src, 'give it name: with letters, digits, _ or -')
+        raise UserError(f"stage {n} has no usable name ({name!r})", src,
+                        'give it name: with letters, digits, _ or -')
     return f"{src} (stage {name!r})"
 
 # %% ../../nbs/27_pipeline.ipynb #343e1589
 def _stage(d, n:int, base:Path, src:str) -> Stage:
-    "Stage `n` of the YAML file `src`, checked; a `UserError` naming the file, the stage and the problem."
+    ("Stage `n` of the YAML file `src`, checked; a `UserError` naming the file, the stage and the "
+     "problem.")
     where = _stage_where(d, n, src)
     _unknown_keys(d, STAGE_KEYS, where)
-    tools, output = d.get('tools', False), _choice(d.get('output', 'text'), OUTPUTS, 'output', where)
+    tools = d.get('tools', False)
+    output = _choice(d.get('output', 'text'), OUTPUTS, 'output', where)
     if not isinstance(tools, bool):
-        raise UserError(f"tools: {tools!r} is not true or false", where, 'write tools: true or tools: false')
+        raise UserError(f"tools: {tools!r} is not true or false", where,
+                        'write tools: true or tools: false')
     if tools and output not in ('json', 'final_answer'):
-        raise UserError(f"a stage with tools: true and output: {output}", where, 'give it output: json (a tool call) '
+        raise UserError(f"a stage with tools: true and output: {output}", where,
+                        'give it output: json (a tool call) '
                         'or output: final_answer (a tool call or the answer)')
     template, source = _template(d, base, where)
-    return Stage(d['name'], check_placeholders(template, source), _choice(d.get('when', 'loop'), WHEN, 'when', where),
+    return Stage(d['name'], check_placeholders(template, source),
+                 _choice(d.get('when', 'loop'), WHEN, 'when', where),
                  _temperature(d.get('temperature'), where), tools, output, source)
 
 # %% ../../nbs/27_pipeline.ipynb #635fd3df
 @dataclass(frozen=True)
 class Pipeline:
-    "A stage pipeline: its stages in order, the iteration cap, and a system template for every stage."
+    ("A stage pipeline: its stages in order, the iteration cap, and a system template for every "
+     "stage.")
     name: str
     stages: tuple[Stage, ...]
     max_iterations: int = 5  # loop iterations at most: a hard cap
@@ -167,16 +191,20 @@ class Pipeline:
 
     def _repr_markdown_(self) -> str:
         rows = [f"**{self.name}** · loop at most {self.max_iterations} times", '',
-                '| stage | when | temperature | tools | output | prompt |', '|---|---|---|---|---|---|']
+                '| stage | when | temperature | tools | output | prompt |',
+                '|---|---|---|---|---|---|']
         t = lambda x: 'default' if x is None else x
-        return '\n'.join(rows + [f"| {s.name} | {s.when} | {t(s.temperature)} | {'yes' if s.tools else 'no'} | "
-                                 f"{s.output} | `{Path(s.source).name}` |" for s in self.stages])
+        return '\n'.join(rows + [f"| {s.name} | {s.when} | {t(s.temperature)} | "
+                                 f"{'yes' if s.tools else 'no'} | {s.output} | "
+                                 f"`{Path(s.source).name}` |" for s in self.stages])
 
 # %% ../../nbs/27_pipeline.ipynb #034c4564
 def _stages(items, base:Path, src:str) -> tuple[Stage, ...]:
-    "The stages of a pipeline file, checked: at least one, distinct names, one in the loop at least."
+    ("The stages of a pipeline file, checked: at least one, distinct names, one in the loop at "
+     "least.")
     if not isinstance(items, list) or not items:
-        raise UserError('no stages', src, 'list them under stages:, each with name:, when:, prompt:, ...')
+        raise UserError('no stages', src,
+                        'list them under stages:, each with name:, when:, prompt:, ...')
     stages = tuple(_stage(d, n, base, src) for n, d in enumerate(items, 1))
     names = [s.name for s in stages]
     if dup := next((x for x in names if names.count(x) > 1), None):
@@ -188,54 +216,67 @@ def _stages(items, base:Path, src:str) -> tuple[Stage, ...]:
 def pipeline_from_dict(d:dict, # the content of a pipeline's YAML file
                        base:Path|str='.', # the folder its prompt files are relative to
                        source:str='<dict>') -> Pipeline: # the file it came from, named in errors
-    "A `Pipeline` from the content of its YAML file, checked; a mistake is one `UserError` naming file and problem."
-    if not isinstance(d, dict): raise UserError('not a mapping', source, 'write name:, max_iterations: and stages: '
+    ("A `Pipeline` from the content of its YAML file, checked; a mistake is one `UserError` naming "
+     "file and problem.")
+    if not isinstance(d, dict): raise UserError('not a mapping', source,
+                                                'write name:, max_iterations: and stages: '
                                                 'at the top level')
     _unknown_keys(d, PIPELINE_KEYS, source)
     base, system = Path(base), d.get('system') or ''
-    if not isinstance(system, str): raise UserError(f"system: {system!r} is not a file name", source, 'give a path')
-    system = check_placeholders(_read_text(base / system, 'system', source, base), str(base / system)) if system else ''
+    if not isinstance(system, str):
+        raise UserError(f"system: {system!r} is not a file name", source, 'give a path')
+    if system:
+        system = check_placeholders(_read_text(base / system, 'system', source, base),
+                                    str(base / system))
     return Pipeline(str(d.get('name') or Path(source).stem), _stages(d.get('stages'), base, source),
-                    _cap(d.get('max_iterations', 5), source), system, str(d.get('description') or ''), source)
+                    _cap(d.get('max_iterations', 5), source), system,
+                    str(d.get('description') or ''), source)
 
 # %% ../../nbs/27_pipeline.ipynb #a1a5f09f
 def _yaml(path:Path):
     "The content of a YAML file; a `UserError` naming the file (and the line) if it cannot be read."
     try: text = read_capped(path)
     except FileNotFoundError:
-        raise UserError(f"no file {path}", str(path), 'give the path of a pipeline YAML file') from None
+        raise UserError(f"no file {path}", str(path),
+                        'give the path of a pipeline YAML file') from None
     except (OSError, ValueError) as e:
         why = e if isinstance(e, ValueError) else type(e).__name__
-        raise UserError(f"cannot read {path} ({why})", str(path), 'give a UTF-8 YAML file') from None
+        raise UserError(f"cannot read {path} ({why})", str(path),
+                        'give a UTF-8 YAML file') from None
     try:
         check_yaml(text, str(path))
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, 'problem_mark', None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise UserError(f"not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})", where,
-                        'fix the syntax there') from None
+        raise UserError(f"not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})",
+                        where, 'fix the syntax there') from None
 
 def load_pipeline(path) -> Pipeline:
-    "Read a pipeline's YAML file (its prompt files beside it); a mistake is one `UserError` naming file and problem."
+    ("Read a pipeline's YAML file (its prompt files beside it); a mistake is one `UserError` "
+     "naming file and problem.")
     path = Path(path)
     return pipeline_from_dict(_yaml(path), path.parent, str(path))
 
 # %% ../../nbs/27_pipeline.ipynb #acd14c11
 TOOL_FORMAT = """Reply with exactly one JSON object and nothing else:
 {"thought": "<why this call, now>", "action": {"tool": "<tool name>", "args": {<arguments>}}}
-To run several independent tools at once, give "actions": [{"tool": ..., "args": ...}, ...] instead of "action"."""
+To run several independent tools at once, give "actions": [{"tool": ..., "args": ...}, ...] \
+instead of "action"."""
 
 FINAL_FORMAT = """Reply with exactly one JSON object and nothing else, in one of two forms:
 {"summary": "<what the results show so far>", "final_answer": "<the answer to the user's question>"}
-{"summary": "<what the results show so far>", "heartbeat": "<one line for the user: what happens next>"}
-Give the final_answer only when the results answer the question; otherwise the heartbeat, and the work goes on."""
+{"summary": "<what the results show so far>", "heartbeat": "<one line for the user: what happens \
+next>"}
+Give the final_answer only when the results answer the question; otherwise the heartbeat, and the \
+work goes on."""
 
 JSON_FORMAT = 'Reply with exactly one JSON object and nothing else.'
 HEARTBEAT_FORMAT = 'Reply with one short line for the user, in plain text: what is being done now.'
 
 def stage_format(stage:Stage) -> str:
-    "The reply format a stage asks for, its {protocol}: a tool call, the answer or a heartbeat, JSON; '' for text."
+    ("The reply format a stage asks for, its {protocol}: a tool call, the answer or a heartbeat, "
+     "JSON; '' for text.")
     if stage.tools: return PROTOCOL if stage.output == 'final_answer' else TOOL_FORMAT
     return {'json': JSON_FORMAT, 'final_answer': FINAL_FORMAT, 'heartbeat': HEARTBEAT_FORMAT}.get(stage.output, '')
 
@@ -256,20 +297,26 @@ def _fill(template:str, values:dict) -> str:
     return _BLANK_LINES.sub('\n\n', template.format(**values)).strip()
 
 def stage_prompt(stage:Stage, values:dict) -> str:
-    "A stage's template filled with `values`; the reply format is added at the end if the template has no {protocol}."
+    ("A stage's template filled with `values`; the reply format is added at the end if the "
+     "template has no {protocol}.")
     has = any(f == 'protocol' for f, *_ in _fields(stage.template, stage.source))
-    return _fill(stage.template if has or not values['protocol'] else stage.template + '\n\n{protocol}', values)
+    template = stage.template if has or not values['protocol'] else stage.template + '\n\n{protocol}'
+    return _fill(template, values)
 
 # %% ../../nbs/27_pipeline.ipynb #befd3cca
-def stage_messages(pipeline:Pipeline, stage:Stage, tools:ToolRegistry, # the pipeline, the stage, the agent's tools
+def stage_messages(pipeline:Pipeline, stage:Stage,
+                   tools:ToolRegistry, # the pipeline, the stage, the agent's tools
                    question:str='', # the user's question
                    history:str='(nothing yet)', # what happened so far, for {history}
                    flow:str='{}', # the latest output of each stage, as JSON, for {flow}
                    iteration:int=1) -> list[dict]: # the loop's iteration (0 before it)
-    "What a stage's model call is sent: the pipeline's system message (if it has one), then the stage's prompt."
+    ("What a stage's model call is sent: the pipeline's system message (if it has one), then the "
+     "stage's prompt.")
     values = dict(question=question, history=history, flow=flow, iteration=iteration,
-                  max_iterations=pipeline.max_iterations, tools=tools_text(stage, tools), protocol=stage_format(stage))
-    system = [{'role': 'system', 'content': _fill(pipeline.system, values)}] if pipeline.system.strip() else []
+                  max_iterations=pipeline.max_iterations, tools=tools_text(stage, tools),
+                  protocol=stage_format(stage))
+    system = ([{'role': 'system', 'content': _fill(pipeline.system, values)}]
+              if pipeline.system.strip() else [])
     return system + [{'role': 'user', 'content': stage_prompt(stage, values)}]
 
 # %% ../../nbs/27_pipeline.ipynb #85621e3a
@@ -278,7 +325,8 @@ def text_step(llm:ChatModel, # the model
               index:int, # the step's index
               temperature:float|None=None,
               stream:bool=False) -> Iterator: # stream the reply as `TokenDelta` events
-    "One model call for plain text, as a step's events but its `StepEnd`; returns (step, the text or None)."
+    ("One model call for plain text, as a step's events but its `StepEnd`; returns (step, the text "
+     "or None).")
     yield StepStart(index=index)
     step, text = Step(index=index, prompt=list(sent)), None
     if (yield from model_call(llm, sent, step, stream, temperature=temperature)) is not None:
@@ -291,7 +339,8 @@ def text_step(llm:ChatModel, # the model
 
 # %% ../../nbs/27_pipeline.ipynb #ad89511e
 def _tagged(events:Iterator, stage:str) -> Iterator:
-    "`events` with each step tagged with `stage`, and the last `StepEnd` held back for the caller to send."
+    ("`events` with each step tagged with `stage`, and the last `StepEnd` held back for the caller "
+     "to send.")
     held = None
     while True:
         try: e = next(events)
@@ -309,7 +358,8 @@ def channels(run:Run|Iterable) -> dict[str, list[str]]:
     return out
 
 class PipelineAgent:
-    "An agent made of stages named in a YAML file; `.run(question)` → `Run`, `.stream(question)` → events."
+    ("An agent made of stages named in a YAML file; `.run(question)` → `Run`, "
+     "`.stream(question)` → events.")
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  pipeline:Pipeline|str|Path, # a `Pipeline`, or the path of its YAML file
@@ -317,22 +367,28 @@ class PipelineAgent:
                  ask_user:bool=False, # offer the `ask_user` tool: a task may ask the user, and the run waits for the reply
                  safeguards:dict|None=None, # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
                  name:str='pipeline'): # the agent's name in traces
-        self.llm, self.max_corrections, self.name = llm, max_corrections, name
+        self.llm = llm
+        self.max_corrections = max_corrections
+        self.name = name
         self.safeguards = check_safeguards(safeguards)
-        self.tools, self.ask_user = switched_tools(default_registry(tools), self.safeguards), bool(ask_user)
+        self.tools = switched_tools(default_registry(tools), self.safeguards)
+        self.ask_user = bool(ask_user)
         if ask_user: self.tools = with_ask_user(self.tools)
         self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 
     channels = staticmethod(channels)
     def run(self, question:str) -> Run: return Run.from_events(self.stream(question))
     stream_tokens:bool = False  # stream each model reply as `TokenDelta` events (set it on an agent to turn it on)
-    def stream(self, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
+    def stream(self, question:str,
+               meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
         "Run, yielding events as they happen; nothing a model or a tool does raises out of it."
-        if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
+        if not isinstance(question, str):
+            raise TypeError(f"The question must be a str, not {type(question).__name__}.")
         return _Run(self, question).events(meta)
 
 # %% ../../nbs/27_pipeline.ipynb #b7770d16
-MAX_FLOW_CHARS = 4000  # characters of one stage output passed on (in {flow} and {history}, and on a channel)
+# characters of one stage output passed on (in {flow} and {history}, and on a channel)
+MAX_FLOW_CHARS = 4000
 MAX_HISTORY_CHARS = 12_000  # characters of {history}; beyond them the oldest entries are left out
 
 def _dump(v, indent:int|None=None) -> str:
@@ -342,20 +398,23 @@ def _dump(v, indent:int|None=None) -> str:
     except (TypeError, ValueError, RecursionError): return repr(v)[:MAX_FLOW_CHARS]
 
 def _history(entries:list[str], cap:int=MAX_HISTORY_CHARS) -> str:
-    "The entries, oldest first, one a line; past `cap` characters the oldest are left out, and counted."
+    ("The entries, oldest first, one a line; past `cap` characters the oldest are left out, and "
+     "counted.")
     kept, size = [], 0
     for e in reversed(entries):
         if kept and size + len(e) > cap: break
         kept.append(e); size += len(e) + 1
     gone = len(entries) - len(kept)
-    return ((f"({gone} earlier entries left out)\n" if gone else '') + '\n'.join(reversed(kept))) or '(nothing yet)'
+    head = f"({gone} earlier entries left out)\n" if gone else ''
+    return (head + '\n'.join(reversed(kept))) or '(nothing yet)'
 
 # %% ../../nbs/27_pipeline.ipynb #87d1db6d
 _ENTRY = re.compile(r'^\[(?:iteration \d+|before|after)\] [\w-]+: ', re.M)
 _CALLED = re.compile(r'(?:^|; )called (\w+)\(([^\n]*?)\) → (FAILED: )?')
 
 def read_history(text:str) -> list[Shown]:
-    "The tool results in a pipeline's history: entries like '[iteration 1] act: called tool(args) → result; ...'."
+    ("The tool results in a pipeline's history: entries like '[iteration 1] act: called tool(args) "
+     "→ result; ...'.")
     out, heads = [], list(_ENTRY.finditer(text))
     for h, nxt in zip(heads, heads[1:] + [None]):
         entry = text[h.end():nxt.start() if nxt else len(text)].rstrip('\n')
@@ -367,20 +426,31 @@ def read_history(text:str) -> list[Shown]:
 
 # %% ../../nbs/27_pipeline.ipynb #a5e69e59
 class _Run:
-    "One run of a `PipelineAgent`: its steps, what the stages passed on, the history, and how it ended."
+    ("One run of a `PipelineAgent`: its steps, what the stages passed on, the history, and how it "
+     "ended.")
     def __init__(self, agent:PipelineAgent, question:str):
-        self.a, self.p, self.q = agent, agent.pipeline, question
-        self.steps, self.flow, self.history = [], {}, []
-        self.phase, self.iteration, self.final = 'before', 0, False
-        self.answer, self.reason, self.start = None, None, time.perf_counter()
+        self.a = agent
+        self.p = agent.pipeline
+        self.q = question
+        self.steps = []
+        self.flow = {}
+        self.history = []
+        self.phase = 'before'
+        self.iteration = 0
+        self.final = False
+        self.answer = None
+        self.reason = None
+        self.start = time.perf_counter()
 
     @property
     def index(self) -> int: return self.steps[-1].index if self.steps else 0  # the last step's
 
     def _values(self) -> dict:
-        "The run's side of a stage's placeholders: the question, the history, the flow and the iteration."
+        ("The run's side of a stage's placeholders: the question, the history, the flow and the "
+         "iteration.")
         flow = _dump(self.flow, 1) if self.flow else '{}'
-        return dict(question=self.q, history=_history(self.history), flow=flow, iteration=self.iteration)
+        return dict(question=self.q, history=_history(self.history), flow=flow,
+                    iteration=self.iteration)
 
 # %% ../../nbs/27_pipeline.ipynb #ab3e53af
 @patch
@@ -391,7 +461,8 @@ def _note(self:_Run, stage:str, text:str):
 
 @patch
 def _out(self:_Run, stage:str, channel:str, content, index:int, final:bool=False) -> StageOutput:
-    "A stage's output on a channel (cut to a size); on the flow, also what later stages see of it in {flow}."
+    ("A stage's output on a channel (cut to a size); on the flow, also what later stages see of it "
+     "in {flow}.")
     text, cut = truncate(_dump(content), MAX_FLOW_CHARS)
     if channel == 'flow': self.flow[stage] = text if cut else content
     return StageOutput(index=index, stage=stage, channel=channel, content=text, final=final)
@@ -400,32 +471,40 @@ def _out(self:_Run, stage:str, channel:str, content, index:int, final:bool=False
 def _text(v) -> str: return v if isinstance(v, str) else _dump(v)
 
 def final_of(value) -> tuple[str|None, str|None, str|None]:
-    "(summary, final answer, heartbeat) in a final_answer stage's reply; each None if missing or empty."
+    ("(summary, final answer, heartbeat) in a final_answer stage's reply; each None if missing or "
+     "empty.")
     low = {str(k).lower(): v for k, v in value.items()} if isinstance(value, dict) else {}
     get = lambda *ks: next((_text(low[k]) for k in ks if low.get(k) not in (None, '')), None)
     return get('summary', 'thought'), get('final_answer', 'answer'), get('heartbeat', 'progress')
 
 def _final_problem(value) -> str|None:
-    return None if any(final_of(value)[1:]) else 'The reply has neither a "final_answer" nor a "heartbeat": give one.'
+    if any(final_of(value)[1:]): return None
+    return 'The reply has neither a "final_answer" nor a "heartbeat": give one.'
 
 def _call_problem(value, answer_ok:bool) -> str|None:
-    "What is wrong with a tool stage's reply: not a call (nor, where allowed, an answer); None if nothing."
+    ("What is wrong with a tool stage's reply: not a call (nor, where allowed, an answer); None if "
+     "nothing.")
     try: dec = decide(value)
     except ValueError as e: return str(e)
     if dec.calls or answer_ok: return None
     return 'This stage must call a tool: give "action": {"tool": ..., "args": {...}}.'
 
 def _check_of(stage:Stage) -> Callable:
-    "The check `ask_json` makes of a stage's reply: a call (or answer), a final answer or heartbeat, or an object."
+    ("The check `ask_json` makes of a stage's reply: a call (or answer), a final answer or "
+     "heartbeat, or an object.")
     if stage.tools: return lambda v: _call_problem(v, stage.output == 'final_answer')
     if stage.output == 'final_answer': return _final_problem
-    return lambda v: None if isinstance(v, dict) else f"Expected a JSON object, got {type(v).__name__}."
+    return lambda v: None if isinstance(v, dict) else ("Expected a JSON object, got "
+                                                       f"{type(v).__name__}.")
 
 # %% ../../nbs/27_pipeline.ipynb #c33fe496
 @patch
 def _ask(self:_Run, stage:Stage) -> Iterator:
-    "A stage's model call: plain text, or JSON with correction rounds; returns (the reply or None, its last step)."
-    sent, i, llm = stage_messages(self.p, stage, self.a.tools, **self._values()), self.index + 1, self.a.llm
+    ("A stage's model call: plain text, or JSON with correction rounds; returns (the reply or "
+     "None, its last step).")
+    sent = stage_messages(self.p, stage, self.a.tools, **self._values())
+    i = self.index + 1
+    llm = self.a.llm
     if wants_json(stage):
         asked = ask_json(llm, sent, i, stage_format(stage), check=_check_of(stage),
                          temperature=stage.temperature, **asking(self.a))
@@ -462,7 +541,8 @@ def _answered(self:_Run, stage:str, answer:str, index:int) -> StageOutput:
 # %% ../../nbs/27_pipeline.ipynb #944cf4c1
 @patch
 def _use_final(self:_Run, stage:Stage, step:Step, value:dict) -> Iterator:
-    "A final_answer stage's reply goes on the flow; its answer to the user ends the loop, its heartbeat does not."
+    ("A final_answer stage's reply goes on the flow; its answer to the user ends the loop, its "
+     "heartbeat does not.")
     summary, answer, beat = final_of(value)
     step.thought, step.answer = summary, answer
     yield StepEnd(step=step)
@@ -477,12 +557,15 @@ MAX_CALLS = 8  # calls one tool stage's reply runs at most
 
 @patch
 def _act(self:_Run, stage:Stage, dec:Decision) -> Iterator:
-    "Run a reply's calls through the registry, as a step; results go on the flow, failures also on the error channel."
-    tasks = [PlanTask(id=f"{stage.name}#{k}", call=c) for k, c in enumerate(dec.calls[:MAX_CALLS], 1)]
+    ("Run a reply's calls through the registry, as a step; results go on the flow, failures also "
+     "on the error channel.")
+    tasks = [PlanTask(id=f"{stage.name}#{k}", call=c)
+             for k, c in enumerate(dec.calls[:MAX_CALLS], 1)]
     step = yield from run_plan(tasks, self.a.tools, self.index + 1, t0=self.start)
     step.task = stage.name
     if len(dec.calls) > MAX_CALLS: step.safeguards.append(Safeguard(
-        kind='size_cap', detail=f"The reply asked for {len(dec.calls)} calls; only the first {MAX_CALLS} ran."))
+        kind='size_cap',
+        detail=f"The reply asked for {len(dec.calls)} calls; only the first {MAX_CALLS} ran."))
     self.steps.append(step)
     for g in step.safeguards: yield SafeguardFired(index=step.index, safeguard=g)
     yield StepEnd(step=step)
@@ -491,12 +574,14 @@ def _act(self:_Run, stage:Stage, dec:Decision) -> Iterator:
     yield self._out(stage.name, 'flow', {'thought': dec.thought, 'results': results}, step.index)
     for a, o in ran:
         if not o.ok: yield self._out(stage.name, 'error', f"{a} failed: {o.content}", step.index)
-    self._note(stage.name, '; '.join(f"called {a} → {'' if o.ok else 'FAILED: '}{o.content}" for a, o in ran))
+    self._note(stage.name,
+               '; '.join(f"called {a} → {'' if o.ok else 'FAILED: '}{o.content}" for a, o in ran))
 
 # %% ../../nbs/27_pipeline.ipynb #083ac4b7
 @patch
 def _use_call(self:_Run, stage:Stage, step:Step, value:dict) -> Iterator:
-    "A tool stage: its calls run; an answer instead (where the output type allows it) ends the loop."
+    ("A tool stage: its calls run; an answer instead (where the output type allows it) ends the "
+     "loop.")
     dec = decide(value)
     step.thought, step.answer = dec.thought, dec.answer
     yield StepEnd(step=step)
@@ -516,8 +601,10 @@ def _stop(self:_Run, reason:str):
 def _failed(self:_Run, stage:Stage, step:Step) -> Iterator:
     "A stage got no usable reply: the error channel says why, and the run stops."
     down = any(g.kind == 'llm_error' for g in step.safeguards)
-    why = next((g.detail for g in reversed(step.safeguards) if g.kind in ('llm_error', 'correction')), 'no reply')
-    what = 'the model call failed' if down else f"no usable reply after {self.a.max_corrections} correction rounds"
+    why = next((g.detail for g in reversed(step.safeguards)
+                if g.kind in ('llm_error', 'correction')), 'no reply')
+    what = f"no usable reply after {self.a.max_corrections} correction rounds"
+    if down: what = 'the model call failed'
     yield StepEnd(step=step)
     yield self._out(stage.name, 'error', f"{what}: {why}", step.index)
     self._stop('llm_error' if down else 'parse_failures')
@@ -534,7 +621,8 @@ def _stage(self:_Run, stage:Stage) -> Iterator:
 # %% ../../nbs/27_pipeline.ipynb #e616b87c
 @patch
 def _band(self:_Run, when:str) -> Iterator:
-    "One band's stages in order; a failure stops it, and so does a final answer, except after the loop."
+    ("One band's stages in order; a failure stops it, and so does a final answer, except after the "
+     "loop.")
     self.phase = when
     for s in self.p.band(when):
         yield from self._stage(s)
@@ -542,9 +630,11 @@ def _band(self:_Run, when:str) -> Iterator:
 
 @patch
 def _cap(self:_Run) -> Iterator:
-    "The loop ran `max_iterations` times without a final answer: a step says so, and the answer sums up the tools."
+    ("The loop ran `max_iterations` times without a final answer: a step says so, and the answer "
+     "sums up the tools.")
     note = f"The loop reached max_iterations={self.p.max_iterations} without a final answer."
-    step = Step(index=self.index + 1, parse_level='native', task='orchestrator', answer=known_summary(self.steps),
+    step = Step(index=self.index + 1, parse_level='native', task='orchestrator',
+                answer=known_summary(self.steps),
                 safeguards=[Safeguard(kind='max_steps', detail=note)])
     self.steps.append(step)
     yield SafeguardFired(index=step.index, safeguard=step.safeguards[0])
@@ -564,7 +654,8 @@ def _loop(self:_Run) -> Iterator:
 
 @patch
 def _all(self:_Run) -> Iterator:
-    "Before-stages once, the loop, then after-stages once (also after the cap); a failure stops it all."
+    ("Before-stages once, the loop, then after-stages once (also after the cap); a failure stops "
+     "it all.")
     yield from self._band('before')
     if not (self.reason or self.final): yield from self._loop()
     if self.reason in (None, 'max_steps'): yield from self._band('after')
@@ -573,7 +664,8 @@ def _all(self:_Run) -> Iterator:
 @patch
 def _crashed(self:_Run, e:Exception) -> Iterator:
     "An exception in the orchestrator: a step records it as `internal_error`, and the run stops."
-    g = Safeguard(kind='internal_error', detail=f"{type(e).__name__}: {str(e)[:500]} (in the pipeline)")
+    g = Safeguard(kind='internal_error',
+                  detail=f"{type(e).__name__}: {str(e)[:500]} (in the pipeline)")
     step = Step(index=self.index + 1, parse_level='failed', task='orchestrator', safeguards=[g])
     self.steps.append(step)
     yield SafeguardFired(index=step.index, safeguard=g)
@@ -583,7 +675,8 @@ def _crashed(self:_Run, e:Exception) -> Iterator:
 
 @patch
 def events(self:_Run, labels:dict|None=None) -> Iterator: # labels: more for `RunStart.meta`
-    "The run as events, in the kernel's run frame: its start, each stage's steps and outputs, its end."
+    ("The run as events, in the kernel's run frame: its start, each stage's steps and outputs, its "
+     "end.")
     p = self.p
     mine = dict(architecture='pipeline', pipeline=p.name, max_iterations=p.max_iterations,
                 stages=[f"{s.when}:{s.name}" for s in p.stages])

@@ -11,7 +11,8 @@ from ..core import *
 from ..parse import ParseResult, parse_json, correction_message
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
-from .kernel import check_safeguards, crash_safeguard, known_summary, model_call, run_frame, strict_only
+from .kernel import check_safeguards, crash_safeguard, known_summary, model_call
+from .kernel import run_frame, strict_only
 
 # %% auto #0
 __all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'asking', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve',
@@ -19,8 +20,10 @@ __all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'asking', 'reader_check', 're
            'run_events', 'PlanningAgent']
 
 # %% ../../nbs/22_plan.ipynb #465a4c9a
-def _read(step:Step, schema:dict|None, check:Callable|None, strict:bool=False) -> tuple[Any, str|None]:
-    "The object in a step's reply (read without repairs if `strict`), or None and what is wrong with it."
+def _read(step:Step, schema:dict|None, check:Callable|None,
+          strict:bool=False) -> tuple[Any, str|None]:
+    ("The object in a step's reply (read without repairs if `strict`), or None and what is wrong "
+     "with it.")
     res = parse_json(step.raw, schema)
     if strict: res = strict_only(res)
     step.parse_level, step.repairs = res.level, list(res.repairs)
@@ -33,11 +36,13 @@ def _read(step:Step, schema:dict|None, check:Callable|None, strict:bool=False) -
 
 # %% ../../nbs/22_plan.ipynb #ea3b2dfb
 def _read_with(step:Step, read:Callable) -> tuple[Any, str|None]:
-    "What `read(step)` makes of the step's reply, or None and what is wrong with it (as a sentence)."
+    ("What `read(step)` makes of the step's reply, or None and what is wrong with it (as a "
+     "sentence).")
     try: return read(step), None
     except Exception as e:
         step.parse_level = 'failed'
-        return None, (str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}")[:1000] or type(e).__name__
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        return None, why[:1000] or type(e).__name__
 
 # %% ../../nbs/22_plan.ipynb #590059f6
 def json_step(llm:ChatModel, sent:list[dict], index:int, expected:str, schema:dict|None=None,
@@ -47,18 +52,21 @@ def json_step(llm:ChatModel, sent:list[dict], index:int, expected:str, schema:di
               json_mode:bool=True, # ask the backend for a JSON object
               stream:bool=False, # stream the reply as `TokenDelta` events
               strict:bool=False) -> Iterator: # read the JSON without repairs (tolerant parsing switched off)
-    "One model call for a JSON object (or what `read` reads), as a step's events; returns (step, the value or None)."
+    ("One model call for a JSON object (or what `read` reads), as a step's events; returns (step, "
+     "the value or None).")
     yield StepStart(index=index)
     step, value = Step(index=index, prompt=list(sent)), None
-    resp = yield from model_call(llm, sent, step, stream, json_mode=json_mode, temperature=temperature)
+    resp = yield from model_call(llm, sent, step, stream, json_mode=json_mode,
+                                 temperature=temperature)
     if resp is not None:
         value, problem = _read_with(step, read) if read else _read(step, schema, check, strict)
-        yield ModelOutput(index=index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
+        yield ModelOutput(index=index, raw=step.raw, parse_level=step.parse_level,
+                          repairs=step.repairs)
         step.messages.append({'role': 'assistant', 'content': step.raw})
         if problem:
             step.safeguards.append(Safeguard(kind='correction', detail=problem[:300]))
-            again = fix(step.raw, problem) if fix else correction_message(ParseResult(raw=step.raw, error=problem),
-                                                                          expected)
+            if fix: again = fix(step.raw, problem)
+            else: again = correction_message(ParseResult(raw=step.raw, error=problem), expected)
             step.messages.append({'role': 'user', 'content': again})
     for g in step.safeguards: yield SafeguardFired(index=index, safeguard=g)
     yield StepEnd(step=step)
@@ -78,32 +86,36 @@ def ask_json(llm:ChatModel, # the model
              json_mode:bool=True, # ask the backend for a JSON object
              stream:bool=False, # stream each reply as `TokenDelta` events
              strict:bool=False) -> Iterator: # read JSON without repairs
-    "Ask for a JSON object, with correction rounds; yields the steps' events, returns (object or None, steps)."
+    ("Ask for a JSON object, with correction rounds; yields the steps' events, returns (object or "
+     "None, steps).")
     steps, sent = [], list(messages)
     for _ in range(max_corrections + 1):
-        step, value = yield from json_step(llm, sent, index + len(steps), expected, schema, check, temperature,
-                                           read, fix, json_mode, stream, strict)
+        step, value = yield from json_step(llm, sent, index + len(steps), expected, schema, check,
+                                           temperature, read, fix, json_mode, stream, strict)
         steps.append(step)
         if value is not None or not step.usage.llm_calls: return value, steps
         sent = sent + step.messages
     return None, steps
 
 def asking(agent) -> dict:
-    "What `ask_json` takes from an agent's settings: its correction rounds and token streaming, as its safeguards allow."
+    ("What `ask_json` takes from an agent's settings: its correction rounds and token streaming, "
+     "as its safeguards allow.")
     on = getattr(agent, 'safeguards', None) or check_safeguards()
-    return dict(max_corrections=agent.max_corrections if on['correction'] else 0, stream=agent.stream_tokens,
-                strict=not on['tolerant_parsing'])
+    return dict(max_corrections=agent.max_corrections if on['correction'] else 0,
+                stream=agent.stream_tokens, strict=not on['tolerant_parsing'])
 
 def reader_check(read:Callable, *args) -> Callable:
-    "A `check` for `ask_json`: None when `read(value, *args)` takes the value, else what is wrong with it."
+    ("A `check` for `ask_json`: None when `read(value, *args)` takes the value, else what is wrong "
+     "with it.")
     def check(value):
         try: read(value, *args)
         except ValueError as e: return str(e)
     return check
 
 # %% ../../nbs/22_plan.ipynb #7f2dafde
-PLAN_FORMAT = ('{"thought": "<why this plan>", "plan": [{"id": "t1", "goal": "<what it finds out>", '
-               '"tool": "<tool name>", "args": {...}, "deps": []}, {"id": "t2", ..., "deps": ["t1"]}]}')
+PLAN_FORMAT = ('{"thought": "<why this plan>", "plan": [{"id": "t1", "goal": "<what it finds '
+               'out>", "tool": "<tool name>", "args": {...}, "deps": []}, {"id": "t2", ..., '
+               '"deps": ["t1"]}]}')
 
 def _first(d:dict, *keys, default=None):
     low = {str(k).lower(): v for k, v in d.items()}
@@ -115,12 +127,15 @@ def _task(d, n:int) -> PlanTask:
     if not isinstance(d, dict): raise ValueError(f"task {n} is a {type(d).__name__}, not an object")
     tool = _first(d, 'tool', 'function', 'action')
     args = _first(d, 'args', 'arguments', 'parameters', 'input', default={})
-    if isinstance(args, str): args = (parse_json(args).value if args.strip()[:1] == '{' else None) or {'_0': args}
+    if isinstance(args, str):
+        args = (parse_json(args).value if args.strip()[:1] == '{' else None) or {'_0': args}
     deps = _first(d, 'deps', 'depends_on', 'dependencies', 'needs', default=[])
     deps = [str(x) for x in (deps if isinstance(deps, list) else [deps])]
-    call = ToolCall(tool=str(tool), args=dict(args) if isinstance(args, dict) else {'_0': args}) if tool else None
+    call_args = dict(args) if isinstance(args, dict) else {'_0': args}
+    call = ToolCall(tool=str(tool), args=call_args) if tool else None
     goal = _first(d, 'goal', 'description', 'task', default='')
-    return PlanTask(id=str(_first(d, 'id', 'name', 'task_id', default=f't{n}')), goal=str(goal), call=call, deps=deps)
+    return PlanTask(id=str(_first(d, 'id', 'name', 'task_id', default=f't{n}')), goal=str(goal),
+                    call=call, deps=deps)
 
 # %% ../../nbs/22_plan.ipynb #9c53ee6f
 def _cycle(tasks:list[PlanTask]) -> str|None:
@@ -139,9 +154,12 @@ def read_plan(value, # what the model wrote: {"plan": [...]}, or the list itself
               tools:ToolRegistry|None=None, # when given, every tool must be known (or suggested)
               max_tasks:int=20) -> list[PlanTask]:
     "The tasks of a plan, checked; ValueError saying what is wrong, worded for the model."
-    items = value.get('plan', value.get('tasks', value.get('steps'))) if isinstance(value, dict) else value
-    if not isinstance(items, list) or not items: raise ValueError('The reply has no "plan": give a list of tasks.')
-    if len(items) > max_tasks: raise ValueError(f"The plan has {len(items)} tasks; keep it to {max_tasks} at most.")
+    items = value
+    if isinstance(value, dict): items = value.get('plan', value.get('tasks', value.get('steps')))
+    if not isinstance(items, list) or not items:
+        raise ValueError('The reply has no "plan": give a list of tasks.')
+    if len(items) > max_tasks:
+        raise ValueError(f"The plan has {len(items)} tasks; keep it to {max_tasks} at most.")
     tasks = [_task(d, n) for n, d in enumerate(items, 1)]
     check_plan(tasks, tools)
     return tasks
@@ -149,7 +167,8 @@ def read_plan(value, # what the model wrote: {"plan": [...]}, or the list itself
 # %% ../../nbs/22_plan.ipynb #70419459
 def check_plan(tasks:list[PlanTask], # the plan
                tools:ToolRegistry|None): # when given, every tool must be one of these
-    "Raise a ValueError, worded for the model, if ids repeat, a dependency or tool is unknown, or there is a cycle."
+    ("Raise a ValueError, worded for the model, if ids repeat, a dependency or tool is unknown, or "
+     "there is a cycle.")
     ids = [t.id for t in tasks]
     if len(set(ids)) < len(ids): raise ValueError(f"Task ids must be unique; got {ids}.")
     for t in tasks:
@@ -168,10 +187,12 @@ def refs(args) -> set[str]:
     "The task ids an argument structure refers to (`#E1` stands for task `E1`)."
     if isinstance(args, dict): return set().union(*map(refs, args.values())) if args else set()
     if isinstance(args, list): return set().union(*map(refs, args)) if args else set()
-    return {f'E{a}' if a else b or c for a, b, c in _REF.findall(args)} if isinstance(args, str) else set()
+    if not isinstance(args, str): return set()
+    return {f'E{a}' if a else b or c for a, b, c in _REF.findall(args)}
 
 def resolve(args, results:dict[str, str], cap:int=2000):
-    "`args` with each reference to a finished task replaced by its result (at most `cap` characters)."
+    ("`args` with each reference to a finished task replaced by its result (at most `cap` "
+     "characters).")
     if isinstance(args, dict): return {k: resolve(v, results, cap) for k, v in args.items()}
     if isinstance(args, list): return [resolve(v, results, cap) for v in args]
     if not isinstance(args, str): return args
@@ -184,31 +205,39 @@ def _call_of(t:PlanTask, results:dict) -> ToolCall:
     return ToolCall(tool=t.call.tool, args=resolve(t.call.args, results), id=t.id)
 
 def task_call(t:PlanTask, results:dict) -> ToolCall|None:
-    "The call task `t` makes, its arguments filled in with the results it needs; None for a task without a call."
+    ("The call task `t` makes, its arguments filled in with the results it needs; None for a task "
+     "without a call.")
     return None if t.call is None else _call_of(t, results)
 
 def run_task(t:PlanTask, tools:ToolRegistry, results:dict, execute:Callable|None,
              call:ToolCall|None=None) -> Observation: # the task's call as `task_call` made it (made here if None)
-    "Run one task: its tool call through the registry, or `execute(task, results)` for a task without one."
+    ("Run one task: its tool call through the registry, or `execute(task, results)` for a task "
+     "without one.")
     if t.call is not None: return tools.call(call or _call_of(t, results))
     if execute is None:
-        return Observation(tool='(none)', content=f"Task {t.id} has no tool call and nothing can run it.", ok=False,
-                           error='bad_args')
+        return Observation(tool='(none)',
+                           content=f"Task {t.id} has no tool call and nothing can run it.",
+                           ok=False, error='bad_args')
     try: ok, text = execute(t, dict(results))
     except Exception as e: ok, text = False, f"{type(e).__name__}: {e}"
-    return Observation(tool='(agent)', content=str(text), ok=bool(ok), error=None if ok else 'tool_error', call_id=t.id)
+    return Observation(tool='(agent)', content=str(text), ok=bool(ok),
+                       error=None if ok else 'tool_error', call_id=t.id)
 
 def _not_run(t:PlanTask, failed:set) -> Observation:
     "The observation of a task that was not run because a task it needs failed."
     bad = [d for d in t.deps if d in failed]
     text = f"Not run: it needs {', '.join(bad)}, which failed."
-    return Observation(tool=t.call.tool if t.call else '(agent)', content=text, ok=False, error='tool_error',
-                       call_id=t.id)
+    return Observation(tool=t.call.tool if t.call else '(agent)', content=text, ok=False,
+                       error='tool_error', call_id=t.id)
 
 # %% ../../nbs/22_plan.ipynb #474b3136
 class Schedule:
-    "Which tasks may start: those whose dependencies all finished; those whose dependencies failed are blocked."
-    def __init__(self, tasks:list[PlanTask]): self.todo, self.ok, self.failed = list(tasks), {}, set()
+    ("Which tasks may start: those whose dependencies all finished; those whose dependencies "
+     "failed are blocked.")
+    def __init__(self, tasks:list[PlanTask]):
+        self.todo = list(tasks)
+        self.ok = {}
+        self.failed = set()
     def ready(self) -> list[PlanTask]:
         "Take from `todo` the tasks whose dependencies all finished."
         out = [t for t in self.todo if all(d in self.ok for d in t.deps)]
@@ -234,7 +263,8 @@ def end_blocked(sched:Schedule, # the plan's schedule
                 obs:dict, # each task's observation by id; the blocked ones are added
                 index:int, # the step index the work is recorded under
                 at:Callable) -> Iterator: # () -> seconds since the run started
-    "End the tasks a failure blocks (their dependants, theirs, and so on down) as not run; yields their `TaskEnd`s."
+    ("End the tasks a failure blocks (their dependants, theirs, and so on down) as not run; yields "
+     "their `TaskEnd`s.")
     while blocked := sched.blocked():
         for t in blocked:
             obs[t.id] = _not_run(t, sched.failed); sched.done(t, obs[t.id])
@@ -247,9 +277,15 @@ def run_plan(tasks:list[PlanTask], # the plan
              max_parallel:int=4, # tasks running at once at most
              execute:Callable|None=None, # runs a task without a tool call: (task, results so far) -> (ok, text)
              t0:float|None=None) -> Iterator: # the run's start (`time.perf_counter()`), for the timeline
-    "Run a plan's tasks as their inputs appear; yields task events, returns the `Step` that records them."
-    t0, sched, step = t0 or time.perf_counter(), Schedule(tasks), Step(index=index, parse_level='native')
-    obs, group, running, calls = {}, 0, {}, {}
+    ("Run a plan's tasks as their inputs appear; yields task events, returns the `Step` that "
+     "records them.")
+    t0 = t0 or time.perf_counter()
+    sched = Schedule(tasks)
+    step = Step(index=index, parse_level='native')
+    obs = {}
+    group = 0
+    running = {}
+    calls = {}
     now = lambda: round(time.perf_counter() - t0, 4)
     with ThreadPoolExecutor(max(1, max_parallel)) as pool:
         while sched.todo or running:
@@ -258,7 +294,8 @@ def run_plan(tasks:list[PlanTask], # the plan
             if new: group += 1
             for t in new:
                 yield TaskStart(task=t.id, index=index, group=group, at=now())
-                if (c := calls.setdefault(t.id, task_call(t, sched.ok))) is not None: yield ToolStart(index=index, call=c)
+                if (c := calls.setdefault(t.id, task_call(t, sched.ok))) is not None:
+                    yield ToolStart(index=index, call=c)
                 running[pool.submit(run_task, t, tools, dict(sched.ok), execute, c)] = t
             if not running: break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -266,25 +303,29 @@ def run_plan(tasks:list[PlanTask], # the plan
                 t = running.pop(f)
                 obs[t.id] = o = f.result(); sched.done(t, o)
                 yield TaskEnd(task=t.id, index=index, ok=o.ok, result=o.content, at=now())
-                if calls[t.id] is not None: yield ToolEnd(index=index, observation=o, call=calls[t.id])
+                if calls[t.id] is not None:
+                    yield ToolEnd(index=index, observation=o, call=calls[t.id])
     return work_step(step, tasks, obs, calls)
 
 # %% ../../nbs/22_plan.ipynb #7ffd33bd
 def work_step(step:Step, tasks:list[PlanTask], obs:dict,
               calls:dict|None=None) -> Step: # the calls as they were made (arguments filled in), by task id
-    "The step that records a plan's work: each task's call (or goal) and observation, in plan order."
+    ("The step that records a plan's work: each task's call (or goal) and observation, in plan "
+     "order.")
     ran, made = [t for t in tasks if t.id in obs], calls or {}
     step.actions = [made.get(t.id) or t.call.model_copy(update={'id': t.id}) if t.call else
                     ToolCall(tool='(agent)', args={'goal': t.goal}, id=t.id) for t in ran]
     step.observations = [obs[t.id] for t in ran]
-    step.usage.tool_calls = sum(1 for t in ran if t.call and not obs[t.id].content.startswith('Not run:'))
+    step.usage.tool_calls = sum(1 for t in ran
+                                if t.call and not obs[t.id].content.startswith('Not run:'))
     step.safeguards = [Safeguard(kind='tool_error', detail=f"{t.id}: {obs[t.id].content[:200]}")
                        for t in ran if not obs[t.id].ok]
     return step
 
 # %% ../../nbs/22_plan.ipynb #0673cb93
 def unanswered(steps:list[Step]) -> tuple[str, str]:
-    "The end of a run whose last model step gave nothing usable: what the tools found, and why it stopped."
+    ("The end of a run whose last model step gave nothing usable: what the tools found, and why it "
+     "stopped.")
     kinds = {g.kind for g in steps[-1].safeguards} if steps else set()
     return known_summary(steps), 'llm_error' if 'llm_error' in kinds else 'parse_failures'
 
@@ -292,7 +333,8 @@ def closing_step(steps:list[Step], # the run's steps so far; the new step is add
                  g:Safeguard, # why the run ends here
                  parse_level:str='failed', # the step's parse level
                  keep_answer:bool=False) -> Iterator: # the step keeps the answer too
-    "A last step, with no model call, that records why the run ends; yields its events, returns what the tools found."
+    ("A last step, with no model call, that records why the run ends; yields its events, returns "
+     "what the tools found.")
     answer = known_summary(steps)
     step = Step(index=steps[-1].index + 1 if steps else 1, parse_level=parse_level, safeguards=[g],
                 answer=answer if keep_answer else None)
@@ -309,17 +351,21 @@ def run_events(run, # one run: its agent `a` (with `llm` and `name`), question `
                parse_level:str='failed', # the parse level of the step that records such an exception
                keep_answer:bool=False) -> Iterator: # that step keeps the answer too
     "A planning run as events, in the kernel's `run_frame`: its start, `body`'s events, its end."
-    return run_frame(run.a, run.q, meta, body, where, getattr(run, 'labels', None), level=parse_level,
-                     keep_answer=keep_answer, t0=run.t0)
+    return run_frame(run.a, run.q, meta, body, where, getattr(run, 'labels', None),
+                     level=parse_level, keep_answer=keep_answer, t0=run.t0)
 
 # %% ../../nbs/22_plan.ipynb #ec32d8d9
 class PlanningAgent:
-    "What the planning agents share: `stream` yields a run's events as they happen, `run` returns the `Run`."
+    ("What the planning agents share: `stream` yields a run's events as they happen, `run` returns "
+     "the `Run`.")
     runner:type = None  # the class of one run: `runner(agent, question).events()`
     stream_tokens:bool = False  # stream each model reply as `TokenDelta` events (set it on an agent to turn it on)
-    def stream(self, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
-        "Run on `question`, yielding events as they happen; nothing a model or a tool does raises out of it."
-        if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
+    def stream(self, question:str,
+               meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
+        ("Run on `question`, yielding events as they happen; nothing a model or a tool does raises "
+         "out of it.")
+        if not isinstance(question, str):
+            raise TypeError(f"The question must be a str, not {type(question).__name__}.")
         run = self.runner(self, question)
         run.labels = meta
         return run.events()

@@ -11,8 +11,10 @@ from ..core import *
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
 from ..llm.context import get_policy, prompt_for
-from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve, run_events, run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_off, switched_tools, with_ask_user
+from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve
+from .plan import run_events, run_plan, unanswered
+from .kernel import Shown, check_safeguards, default_registry, switched_off
+from .kernel import switched_tools, with_ask_user
 from .react import ReActAgent
 
 # %% auto #0
@@ -21,17 +23,21 @@ __all__ = ['PLANNER_FORMAT', 'REPLANNER_FORMAT', 'SOLVER_FORMAT', 'PLANNER_SYSTE
            'executor_background', 'PlanExecuteAgent']
 
 # %% ../../nbs/23_plan_execute.ipynb #73c76067
-PLANNER_FORMAT = ('{"thought": "<why these steps>", "plan": [{"id": "s1", "goal": "<what the step finds out>", '
-                  '"tool": "<tool name>", "args": {...}}, {"id": "s2", "goal": "<for a helper agent: no tool>"}]}')
-REPLANNER_FORMAT = ('{"decision": "keep" | "revise" | "finish", "reason": "<why>", '
-                    '"plan": [<when revising: the steps still to do>], "answer": "<when finishing: the final answer>"}')
-SOLVER_FORMAT = '{"thought": "<how the results answer the question>", "answer": "<the final answer>"}'
+PLANNER_FORMAT = ('{"thought": "<why these steps>", "plan": [{"id": "s1", "goal": "<what the step '
+                  'finds out>", "tool": "<tool name>", "args": {...}}, {"id": "s2", "goal": "<for '
+                  'a helper agent: no tool>"}]}')
+REPLANNER_FORMAT = ('{"decision": "keep" | "revise" | "finish", "reason": "<why>", "plan": [<when '
+                    'revising: the steps still to do>], "answer": "<when finishing: the final '
+                    'answer>"}')
+SOLVER_FORMAT = ('{"thought": "<how the results answer the question>", "answer": "<the final '
+                 'answer>"}')
 
-PLANNER_SYSTEM = """You plan how to answer the user's question with tools. Write a short list of steps; they run one \
-after another. A step either calls one tool (give "tool" and "args"), or, when what to call depends on what earlier \
-steps find, gives only a "goal": a helper agent with the same tools works it out from the results so far. A tool \
-step's arguments may quote an earlier step's result as {{<step id>}}. Plan only the steps the answer needs; the \
-answer itself is written after the steps have run.{background}
+PLANNER_SYSTEM = """You plan how to answer the user's question with tools. Write a short list of \
+steps; they run one after another. A step either calls one tool (give "tool" and "args"), or, when \
+what to call depends on what earlier steps find, gives only a "goal": a helper agent with the same \
+tools works it out from the results so far. A tool step's arguments may quote an earlier step's \
+result as {{<step id>}}. Plan only the steps the answer needs; the answer itself is written after \
+the steps have run.{background}
 
 # Tools
 {tools}
@@ -43,19 +49,21 @@ def planner_prompt(question:str, # the user's question
                    tools:ToolRegistry, # the tools the plan may call
                    background:str='') -> list[dict]: # what the planner should know
     "The planner's messages: what a plan is, the tools and the reply format; then the question."
-    system = PLANNER_SYSTEM.format(background=f"\n{background}" if background else '', tools=tools.render_prompt(),
-                                   format=PLANNER_FORMAT)
+    system = PLANNER_SYSTEM.format(background=f"\n{background}" if background else '',
+                                   tools=tools.render_prompt(), format=PLANNER_FORMAT)
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': question}]
 
 # %% ../../nbs/23_plan_execute.ipynb #db311544
 def _task_text(t:PlanTask) -> str:
-    return f"{t.id}: {t.goal or '(no goal given)'}" + (f" [{t.call}]" if t.call else ' [for the helper agent]')
+    how = f" [{t.call}]" if t.call else ' [for the helper agent]'
+    return f"{t.id}: {t.goal or '(no goal given)'}" + how
 
 def _done_text(done:list[tuple[PlanTask, Observation]], cap:int) -> str:
     "The steps done and what each returned (cut to `cap` characters), for a prompt."
     if not done: return '(none yet)'
     shown = lambda o: truncate(o.content, cap)[0].replace('\n', '\n    ')
-    return '\n'.join(f"- {_task_text(t)}\n  {'result' if o.ok else 'FAILED'}: {shown(o)}" for t, o in done)
+    return '\n'.join(f"- {_task_text(t)}\n  {'result' if o.ok else 'FAILED'}: {shown(o)}"
+                     for t, o in done)
 
 def _todo_text(todo:list[PlanTask]) -> str:
     return '\n'.join(f"- {_task_text(t)}" for t in todo) or '(none: every step has run)'
@@ -65,24 +73,28 @@ _PE_STEP = re.compile(r'- (\S+): .*? \[(?:(\w+)\((.*)\)|for the helper agent)\]'
 _PE_RESULT = re.compile(r'  (result|FAILED): ')
 
 def read_done_text(text:str) -> list[Shown]:
-    "The results in the steps done, as the replanner and solver are shown them ('- s1: goal [call]', '  result: ...')."
+    ("The results in the steps done, as the replanner and solver are shown them ('- s1: goal "
+     "[call]', '  result: ...').")
     out, lines = [], text.splitlines()
     for i, line in enumerate(lines[:-1]):
-        if not (m := _PE_STEP.fullmatch(line)) or not (r := _PE_RESULT.match(lines[i + 1])): continue
+        if not (m := _PE_STEP.fullmatch(line)) or not (r := _PE_RESULT.match(lines[i + 1])):
+            continue
         body = [lines[i + 1][r.end():]]
         for more in lines[i + 2:]:
             if not more.startswith('    '): break
             body.append(more[4:])
         tool, ok = m[2] or '(agent)', r[1] == 'result'
-        out.append(Shown(tool, f"{tool}({m[3] or ''})", ok, '\n'.join(body), None if ok else 'failed'))
+        out.append(Shown(tool, f"{tool}({m[3] or ''})", ok, '\n'.join(body),
+                         None if ok else 'failed'))
     return out
 
 # %% ../../nbs/23_plan_execute.ipynb #70502e37
-REPLANNER_SYSTEM = """You check a plan while it runs. You see the user's question, the steps done with what they \
-returned, and the steps left. Decide:
-- "keep": the steps left are still right (or nothing is left and the answer should be written from the results);
-- "revise": give the steps still to do as "plan", e.g. after a step failed or found something that changes what to \
-do. Steps that worked stay done: do not repeat them, and give new steps new ids;
+REPLANNER_SYSTEM = """You check a plan while it runs. You see the user's question, the steps done \
+with what they returned, and the steps left. Decide:
+- "keep": the steps left are still right (or nothing is left and the answer should be written from \
+the results);
+- "revise": give the steps still to do as "plan", e.g. after a step failed or found something that \
+changes what to do. Steps that worked stay done: do not repeat them, and give new steps new ids;
 - "finish": the results already answer the question; give the final "answer".
 
 # Tools
@@ -96,37 +108,44 @@ def replanner_prompt(question:str, # the user's question
                      done:list[tuple[PlanTask, Observation]], # the steps run so far, with what they returned
                      todo:list[PlanTask], # the steps left
                      cap:int=1500) -> list[dict]: # each result cut to this many characters
-    "The replanner's messages: how to decide, the tools and the format; then the question and the plan's state."
+    ("The replanner's messages: how to decide, the tools and the format; then the question and the "
+     "plan's state.")
     system = REPLANNER_SYSTEM.format(tools=tools.render_prompt(), format=REPLANNER_FORMAT)
-    user = f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}\n\nSteps left:\n{_todo_text(todo)}"
+    user = (f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}\n\n"
+            f"Steps left:\n{_todo_text(todo)}")
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
 # %% ../../nbs/23_plan_execute.ipynb #65928aaf
-DECISIONS = {'keep': 'keep', 'continue': 'keep', 'revise': 'revise', 'replan': 'revise', 'finish': 'finish',
-             'done': 'finish', 'answer': 'finish'}
+DECISIONS = {'keep': 'keep', 'continue': 'keep', 'revise': 'revise', 'replan': 'revise',
+             'finish': 'finish', 'done': 'finish', 'answer': 'finish'}
 
-def _text(v) -> str: return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+def _text(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
 
 def read_decision(value, # what the replanner wrote
                   tools:ToolRegistry|None=None, # the tools a revised plan may call
                   done:list[str]=(), # ids of the steps that worked: a revised plan may quote them, not reuse them
                   max_tasks:int=10) -> tuple[str, list[PlanTask], str]:
-    "(decision, the revised steps, the answer) from a replanner's reply; ValueError saying what is wrong."
+    ("(decision, the revised steps, the answer) from a replanner's reply; ValueError saying what "
+     "is wrong.")
     if not isinstance(value, dict): raise ValueError('Reply with one JSON object.')
     low = {str(k).lower(): v for k, v in value.items()}
     d = DECISIONS.get(str(low.get('decision', '')).strip().lower())
     if d is None: raise ValueError('Give "decision": "keep", "revise" or "finish".')
     if d == 'keep': return d, [], ''
     if d == 'finish':
-        if low.get('answer') in (None, ''): raise ValueError('A "finish" decision needs the final "answer".')
+        if low.get('answer') in (None, ''):
+            raise ValueError('A "finish" decision needs the final "answer".')
         return d, [], _text(low['answer'])
     items = low.get('plan', low.get('steps'))
-    if not isinstance(items, list) or not items: raise ValueError('A "revise" decision needs the steps as "plan".')
-    return d, read_plan([{'id': i} for i in done] + items, tools, len(done) + max_tasks)[len(done):], ''
+    if not isinstance(items, list) or not items:
+        raise ValueError('A "revise" decision needs the steps as "plan".')
+    tasks = read_plan([{'id': i} for i in done] + items, tools, len(done) + max_tasks)
+    return d, tasks[len(done):], ''
 
 # %% ../../nbs/23_plan_execute.ipynb #6ba078ac
-SOLVER_SYSTEM = """You write the final answer to the user's question from the results of the steps that were run. \
-Use only these results; if they do not answer the question, say what is missing.
+SOLVER_SYSTEM = """You write the final answer to the user's question from the results of the steps \
+that were run. Use only these results; if they do not answer the question, say what is missing.
 
 # Output format
 {format}"""
@@ -143,14 +162,17 @@ def executor_background(question:str, # the user's question
                         done:list[tuple[PlanTask, Observation]], # the steps run so far, with what they returned
                         cap:int=1500, # each result cut to this many characters
                         background:str='') -> str: # what the agent should know
-    "What the helper agent running one goal of the plan is told besides the goal: the question, the results so far."
+    ("What the helper agent running one goal of the plan is told besides the goal: the question, "
+     "the results so far.")
     return (f"You carry out one step of a plan made to answer the user's question: {question}\n"
             + (f"{background}\n" if background else '') +
-            f"Results of the steps done so far:\n{_done_text(done, cap)}\nAnswer with what this step finds out.")
+            f"Results of the steps done so far:\n{_done_text(done, cap)}\nAnswer with what this "
+            "step finds out.")
 
 # %% ../../nbs/23_plan_execute.ipynb #19deba30
 class PlanExecuteAgent(PlanningAgent):
-    "Plan, run the steps in order, replan after each (or only after a failure); `.run(question)` → `Run`."
+    ("Plan, run the steps in order, replan after each (or only after a failure); `.run(question)` "
+     "→ `Run`.")
     def __init__(self, llm:ChatModel, # the chat model (any backend), for every role
                  tools, # a `ToolRegistry` or a list of tool functions
                  replan:str='always', # 'always': the replanner sees every result; 'on_failure': only failed steps
@@ -166,19 +188,32 @@ class PlanExecuteAgent(PlanningAgent):
                  name:str='plan-execute'): # the agent's name in traces
         if replan not in ('always', 'on_failure'):
             raise ValueError(f"replan must be 'always' or 'on_failure', got {replan!r}.")
-        self.llm, self.replan, self.max_replans, self.max_tasks = llm, replan, max(int(max_replans), 0), max_tasks
+        self.llm = llm
+        self.replan = replan
+        self.max_replans = max(int(max_replans), 0)
+        self.max_tasks = max_tasks
         self.safeguards = check_safeguards(safeguards)
-        self.tools, self.ask_user = switched_tools(default_registry(tools), self.safeguards), bool(ask_user)
+        self.tools = switched_tools(default_registry(tools), self.safeguards)
+        self.ask_user = bool(ask_user)
         if ask_user: self.tools = with_ask_user(self.tools)
-        self.executor_steps, self.max_corrections, self.context = executor_steps, max_corrections, get_policy(context)
-        self.result_chars, self.background, self.name = result_chars, background, name
-    def __repr__(self): return f"PlanExecuteAgent({self.llm!r}, replan={self.replan!r}, max_replans={self.max_replans})"
+        self.executor_steps = executor_steps
+        self.max_corrections = max_corrections
+        self.context = get_policy(context)
+        self.result_chars = result_chars
+        self.background = background
+        self.name = name
+    def __repr__(self): return (f"PlanExecuteAgent({self.llm!r}, replan={self.replan!r}, "
+                                f"max_replans={self.max_replans})")
 
 # %% ../../nbs/23_plan_execute.ipynb #f173c098
 class _Execution:
-    "One Plan-and-Execute run: its steps, the plan's steps done (with results), the plan version, the revisions."
+    ("One Plan-and-Execute run: its steps, the plan's steps done (with results), the plan version, "
+     "the revisions.")
     def __init__(self, agent:PlanExecuteAgent, question:str):
-        self.a, self.q, self.steps, self.done = agent, question, [], []
+        self.a = agent
+        self.q = question
+        self.steps = []
+        self.done = []
         self.version = self.replans = 0
         self.t0 = time.perf_counter()
 
@@ -189,8 +224,10 @@ class _Execution:
 # %% ../../nbs/23_plan_execute.ipynb #4ef205f2
 @patch
 def _ask(self:_Execution, messages:list[dict], expected:str, check) -> Iterator:
-    "A model call for JSON, with correction rounds; its steps join the run. Returns the object, or None."
-    value, steps = yield from ask_json(self.a.llm, messages, self.next, expected, check=check, **asking(self.a))
+    ("A model call for JSON, with correction rounds; its steps join the run. Returns the object, "
+     "or None.")
+    value, steps = yield from ask_json(self.a.llm, messages, self.next, expected, check=check,
+                                       **asking(self.a))
     self.steps += steps
     return value
 
@@ -203,30 +240,37 @@ def _made(self:_Execution, tasks:list[PlanTask], note:str) -> Iterator:
 # %% ../../nbs/23_plan_execute.ipynb #99c40765
 @patch
 def _plan(self:_Execution) -> Iterator:
-    "The planner's call: returns the first plan (and emits it), or None if no usable plan came back."
+    ("The planner's call: returns the first plan (and emits it), or None if no usable plan came "
+     "back.")
     a = self.a
     value = yield from self._ask(planner_prompt(self.q, a.tools, a.background), PLANNER_FORMAT,
                                  reader_check(read_plan, a.tools, a.max_tasks))
     if value is None: return None
     tasks = read_plan(value, a.tools, a.max_tasks)
-    yield from self._made(tasks, _text(value.get('thought') or '') if isinstance(value, dict) else '')
+    thought = _text(value.get('thought') or '') if isinstance(value, dict) else ''
+    yield from self._made(tasks, thought)
     return tasks
 
 # %% ../../nbs/23_plan_execute.ipynb #6e48bcec
 @patch
 def _execute(self:_Execution, t:PlanTask) -> Iterator:
-    "Run one step of the plan: its tool call, or a ReAct run on its goal. Returns what it returned, as an observation."
+    ("Run one step of the plan: its tool call, or a ReAct run on its goal. Returns what it "
+     "returned, as an observation.")
     o = yield from (self._call(t) if t.call is not None else self._delegate(t))
     self.done.append((t, o))
     return o
 
 @patch
 def _call(self:_Execution, t:PlanTask) -> Iterator:
-    "A tool step, its arguments filled in with earlier results, run through the registry; the work joins the run."
-    i, t0, results = self.next, time.perf_counter(), {d.id: o.content for d, o in self.done if o.ok}
+    ("A tool step, its arguments filled in with earlier results, run through the registry; the "
+     "work joins the run.")
+    i = self.next
+    t0 = time.perf_counter()
+    results = {d.id: o.content for d, o in self.done if o.ok}
     call = t.call.model_copy(update={'args': resolve(t.call.args, results, self.a.result_chars)})
     yield StepStart(index=i)
-    step = yield from run_plan([t.model_copy(update={'deps': [], 'call': call})], self.a.tools, i, 1, t0=self.t0)
+    task = t.model_copy(update={'deps': [], 'call': call})
+    step = yield from run_plan([task], self.a.tools, i, 1, t0=self.t0)
     step.task, step.usage.wall_time = t.id, time.perf_counter() - t0
     self.steps.append(step)
     yield StepEnd(step=step)
@@ -235,15 +279,19 @@ def _call(self:_Execution, t:PlanTask) -> Iterator:
 # %% ../../nbs/23_plan_execute.ipynb #9a8ab1db
 @patch
 def _forward(self:_Execution, events, task:str, shift:int) -> Iterator:
-    "Pass a ReAct run's events on, indices shifted by `shift`, steps tagged with `task`; returns (answer, stop reason)."
-    head, mine, out = [], [], (None, 'error')
+    ("Pass a ReAct run's events on, indices shifted by `shift`, steps tagged with `task`; returns "
+     "(answer, stop reason).")
+    head = []
+    mine = []
+    out = (None, 'error')
     for e in events:
         if isinstance(e, RunStart): head = e.meta.get('head') or []
         elif isinstance(e, RunEnd): out = (e.answer, e.stop_reason)
         elif isinstance(e, StepEnd):
             sent = prompt_for(head, self.a.context, mine, e.step) if head else []
             mine.append(e.step)
-            step = e.step.model_copy(update={'index': e.step.index + shift, 'task': task, 'prompt': sent})
+            step = e.step.model_copy(update={'index': e.step.index + shift, 'task': task,
+                                             'prompt': sent})
             self.steps.append(step)
             yield StepEnd(step=step)
         elif hasattr(e, 'index'): yield e.model_copy(update={'index': e.index + shift})
@@ -255,21 +303,25 @@ def _delegate(self:_Execution, t:PlanTask) -> Iterator:
     "A goal-only step: a small ReAct run on its goal, with the results so far as background."
     a, first = self.a, self.next
     told = executor_background(self.q, self.done, a.result_chars, a.background)
-    sub = ReActAgent(a.llm, a.tools, max_steps=a.executor_steps, max_corrections=a.max_corrections, context=a.context,
-                     name=f'{a.name}/executor', background=told, stream_tokens=a.stream_tokens,
+    sub = ReActAgent(a.llm, a.tools, max_steps=a.executor_steps, max_corrections=a.max_corrections,
+                     context=a.context, name=f'{a.name}/executor', background=told,
+                     stream_tokens=a.stream_tokens,
                      safeguards=dict.fromkeys(switched_off(a.safeguards), False))
     yield TaskStart(task=t.id, index=first, at=self._now())
     answer, reason = yield from self._forward(sub.stream(t.goal or t.id), t.id, first - 1)
     ok = reason == 'answer'
     yield TaskEnd(task=t.id, index=first, ok=ok, result=answer or '', at=self._now())
-    return Observation(tool='(agent)', content=answer or '', ok=ok, error=None if ok else 'tool_error', call_id=t.id)
+    return Observation(tool='(agent)', content=answer or '', ok=ok,
+                       error=None if ok else 'tool_error', call_id=t.id)
 
 # %% ../../nbs/23_plan_execute.ipynb #0238b677
 @patch
 def _replan(self:_Execution, todo:list[PlanTask]) -> Iterator:
-    "The replanner's call: returns (decision, revised steps, answer, reason), or None if no usable reply came."
+    ("The replanner's call: returns (decision, revised steps, answer, reason), or None if no "
+     "usable reply came.")
     a, worked = self.a, [t.id for t, o in self.done if o.ok]
-    value = yield from self._ask(replanner_prompt(self.q, a.tools, self.done, todo, a.result_chars), REPLANNER_FORMAT,
+    prompt = replanner_prompt(self.q, a.tools, self.done, todo, a.result_chars)
+    value = yield from self._ask(prompt, REPLANNER_FORMAT,
                                  reader_check(read_decision, a.tools, worked, a.max_tasks))
     if value is None: return None
     reason = value.get('reason') or value.get('thought') or ''
@@ -277,9 +329,11 @@ def _replan(self:_Execution, todo:list[PlanTask]) -> Iterator:
 
 @patch
 def _review(self:_Execution, todo:list[PlanTask]) -> Iterator:
-    "Ask the replanner; returns the steps still to do, and (answer, stop reason) if the run ends here."
+    ("Ask the replanner; returns the steps still to do, and (answer, stop reason) if the run ends "
+     "here.")
     got = yield from self._replan(todo)
-    if got is None: return todo, (end if (end := unanswered(self.steps))[1] == 'llm_error' else None)
+    if got is None:
+        return todo, (end if (end := unanswered(self.steps))[1] == 'llm_error' else None)
     decision, tasks, answer, reason = got
     if decision == 'finish': return [], (answer, 'answer')
     if decision == 'keep': return todo, None
@@ -290,7 +344,8 @@ def _review(self:_Execution, todo:list[PlanTask]) -> Iterator:
 
 # %% ../../nbs/23_plan_execute.ipynb #f0185573
 def _noting(events:Iterator, g:Safeguard|None) -> Iterator:
-    "The events of `events` with safeguard `g` put on its first step; returns what `events` returns."
+    ("The events of `events` with safeguard `g` put on its first step; returns what `events` "
+     "returns.")
     while True:
         try: e = next(events)
         except StopIteration as stop: return stop.value
@@ -306,7 +361,8 @@ def _answer_problem(v) -> str|None:
 # %% ../../nbs/23_plan_execute.ipynb #be65304f
 @patch
 def _solve(self:_Execution, g:Safeguard|None=None) -> Iterator:
-    "The solver's call; returns (answer, 'answer'), or what the tools found and why there is no answer."
+    ("The solver's call; returns (answer, 'answer'), or what the tools found and why there is no "
+     "answer.")
     msgs = solver_prompt(self.q, self.done, self.a.result_chars)
     value = yield from _noting(self._ask(msgs, SOLVER_FORMAT, _answer_problem), g)
     if value is None: return unanswered(self.steps)
@@ -314,9 +370,11 @@ def _solve(self:_Execution, g:Safeguard|None=None) -> Iterator:
 
 @patch
 def _bound(self:_Execution) -> Iterator:
-    "Past `max_replans`: the solver answers from the results so far, and the run stops with `max_steps`."
-    g = Safeguard(kind='max_steps', detail=f"Reached max_replans={self.a.max_replans}: the plan was not revised "
-                  "again; the solver answers from the results so far.")
+    ("Past `max_replans`: the solver answers from the results so far, and the run stops with "
+     "`max_steps`.")
+    g = Safeguard(kind='max_steps',
+                  detail=f"Reached max_replans={self.a.max_replans}: the plan was not revised "
+                         "again; the solver answers from the results so far.")
     answer, reason = yield from self._solve(g)
     return answer, 'max_steps' if reason == 'answer' else reason
 
@@ -337,8 +395,10 @@ def _steps(self:_Execution) -> Iterator:
 # %% ../../nbs/23_plan_execute.ipynb #af3c5d33
 @patch
 def events(self:_Execution) -> Iterator:
-    "The run as events: its start, every step's events, plan versions, tasks, its end. Nothing raises."
-    meta = {'architecture': 'plan-execute', 'replan': self.a.replan, 'max_replans': self.a.max_replans}
+    ("The run as events: its start, every step's events, plan versions, tasks, its end. Nothing "
+     "raises.")
+    meta = {'architecture': 'plan-execute', 'replan': self.a.replan,
+            'max_replans': self.a.max_replans}
     return run_events(self, meta, self._steps(), 'in the plan-and-execute loop')
 
 PlanExecuteAgent.runner = _Execution

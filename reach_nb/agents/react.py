@@ -10,14 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 from fastcore.basics import patch
 from ..core import *
-from ..parse import parse_json, parse_call, correction_message, split_reasoning, extract_tool_calls
+from ..parse import parse_json, parse_call, correction_message, split_reasoning
+from ..parse import extract_tool_calls
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel, LLMResponse, as_response
 from ..config import load_settings
-from .kernel import ASK_USER, WAITING, ask_user, is_ask, pending_question, with_ask_user
-from .kernel import (SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard, default_registry, error_text,
-                             known_summary, llm_error_safeguards, model_call, model_reply, retried_note, run_frame, strict_only,
-                             switched_off, switched_tools)
+from .kernel import ASK_USER, WAITING, ask_user, is_ask, pending_question
+from .kernel import with_ask_user
+from .kernel import SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard
+from .kernel import default_registry, error_text, known_summary, llm_error_safeguards
+from .kernel import model_call, model_reply, retried_note, run_frame, strict_only
+from .kernel import switched_off, switched_tools
 from ..llm.context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
@@ -27,14 +30,17 @@ __all__ = ['PROTOCOL', 'SYSTEM_PROMPT', 'NATIVE_DIALECT', 'DIALECTS', 'PLACEHOLD
 
 # %% ../../nbs/21_react.ipynb #06697feb
 PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
-{"thought": "<your reasoning about what to do next>", "action": {"tool": "<tool name>", "args": {<arguments>}}}
+{"thought": "<your reasoning about what to do next>", "action": {"tool": "<tool name>", "args": \
+{<arguments>}}}
 {"thought": "<your reasoning>", "answer": "<your final answer to the user>"}
-To run several independent tools at once, give "actions": [{"tool": ..., "args": ...}, ...] instead of "action"."""
+To run several independent tools at once, give "actions": [{"tool": ..., "args": ...}, ...] \
+instead of "action"."""
 
 SYSTEM_PROMPT = """You are an analyst agent. You solve the user's question step by step using tools.
-After each action you receive its result as an Observation. Use only the tools listed below, with their exact \
-names and parameters.
-When you cannot be sure of a fact, use a tool to find it; do not invent results. When you know enough, give the answer.
+After each action you receive its result as an Observation. Use only the tools listed below, with \
+their exact names and parameters.
+When you cannot be sure of a fact, use a tool to find it; do not invent results. When you know \
+enough, give the answer.
 {background}
 
 # Tools
@@ -46,7 +52,8 @@ When you cannot be sure of a fact, use a tool to find it; do not invent results.
 # %% ../../nbs/21_react.ipynb #3d8de24a
 @dataclass(frozen=True)
 class Dialect:
-    "What the agent says in one reply format: the format, system prompt, correction reminder and step-limit request."
+    ("What the agent says in one reply format: the format, system prompt, correction reminder and "
+     "step-limit request.")
     name: str
     protocol: str   # the reply format, put into the system prompt as {protocol}
     system: str     # the system prompt template (placeholders: see `PLACEHOLDERS`)
@@ -59,18 +66,23 @@ def _limit(form:str) -> str:
     return ("The step limit is reached. Do not call any more tools. "
             f"Give your final answer now from what you already know, {form}.")
 
-_DEFAULT = Dialect('default', PROTOCOL, SYSTEM_PROMPT, PROTOCOL, _limit('as {"thought": ..., "answer": ...}'))
+_DEFAULT = Dialect('default', PROTOCOL, SYSTEM_PROMPT, PROTOCOL,
+                   _limit('as {"thought": ..., "answer": ...}'))
 
 # %% ../../nbs/21_react.ipynb #a0c7a409
 _RISK_PROTOCOL = """Answer with exactly one JSON object and nothing else, in one of two forms:
-{"Thought": "<what to find out next, and why>", "Action": {"function": "<tool name>", "parameters": {<arguments>}}}
+{"Thought": "<what to find out next, and why>", "Action": {"function": "<tool name>", \
+"parameters": {<arguments>}}}
 {"Thought": "<your reasoning>", "Conclusion": "<your final answer to the user>"}
-To run several independent tools at once, give "Action" as a list: [{"function": ..., "parameters": ...}, ...]."""
+To run several independent tools at once, give "Action" as a list: [{"function": ..., \
+"parameters": ...}, ...]."""
 
-_RISK_SYSTEM = """You are a data-analysis agent. You work in a loop: a Thought about what to find out next, an Action \
-that calls one tool, then the Observation it returns; you repeat until you can state a Conclusion.
-Use only the tools listed below, with their exact names and parameters. Every figure in the Conclusion must come \
-from an Observation: when you are not sure of a fact, call a tool; never invent data.
+_RISK_SYSTEM = """You are a data-analysis agent. You work in a loop: a Thought about what to find \
+out next, an Action that calls one tool, then the Observation it returns; you repeat until you can \
+state a Conclusion.
+Use only the tools listed below, with their exact names and parameters. Every figure in the \
+Conclusion must come from an Observation: when you are not sure of a fact, call a tool; never \
+invent data.
 {background}
 
 # Tools
@@ -85,13 +97,16 @@ _RISK = Dialect('risk', _RISK_PROTOCOL, _RISK_SYSTEM,
                _limit('as {"Thought": ..., "Conclusion": ...}'))
 
 # %% ../../nbs/21_react.ipynb #e10c00d2
-_REACH_PROTOCOL = """Reply with JSON only: exactly one JSON object, no text around it, in one of two forms:
-{"type": "tool_call", "tool_name": "<tool name>", "tool_args": {<arguments>}, "reason": "<why this tool, now>"}
+_REACH_PROTOCOL = """Reply with JSON only: exactly one JSON object, no text around it, in one of \
+two forms:
+{"type": "tool_call", "tool_name": "<tool name>", "tool_args": {<arguments>}, "reason": "<why this \
+tool, now>"}
 {"type": "final_answer", "content": "<your final answer to the user>"}"""
 
-_REACH_SYSTEM = """You are an agent that answers the user's question with the help of tools. Each turn you either \
-call one tool, saying why, or give the final answer.
-Use only the tools listed below, with their exact names and parameters. Do not guess what a tool can tell you.
+_REACH_SYSTEM = """You are an agent that answers the user's question with the help of tools. Each \
+turn you either call one tool, saying why, or give the final answer.
+Use only the tools listed below, with their exact names and parameters. Do not guess what a tool \
+can tell you.
 {background}
 
 # Tools
@@ -101,25 +116,29 @@ Use only the tools listed below, with their exact names and parameters. Do not g
 {protocol}"""
 
 _REACH = Dialect('reach', _REACH_PROTOCOL, _REACH_SYSTEM,
-                '{"type": "tool_call", "tool_name": ..., "tool_args": {...}, "reason": ...} or '
-                '{"type": "final_answer", "content": ...}', _limit('as {"type": "final_answer", "content": ...}'))
+                 '{"type": "tool_call", "tool_name": ..., "tool_args": {...}, "reason": ...} or '
+                 '{"type": "final_answer", "content": ...}',
+                 _limit('as {"type": "final_answer", "content": ...}'))
 
 # %% ../../nbs/21_react.ipynb #d5078cc9
-_NATIVE_PROTOCOL = """Call tools through the function-calling interface (tool calls), not by writing a call in \
-your reply; several independent tools may be called at once. When you know enough, answer the user in plain \
-text, without a tool call."""
+_NATIVE_PROTOCOL = """Call tools through the function-calling interface (tool calls), not by \
+writing a call in your reply; several independent tools may be called at once. When you know \
+enough, answer the user in plain text, without a tool call."""
 
-_NATIVE_SYSTEM = """You are an analyst agent. You solve the user's question step by step using tools.
-Each tool's result comes back to you as a tool message. Use only the tools you are given, with their exact \
-names and parameters.
-When you cannot be sure of a fact, use a tool to find it; do not invent results. When you know enough, give the answer.
+_NATIVE_SYSTEM = """You are an analyst agent. You solve the user's question step by step using \
+tools.
+Each tool's result comes back to you as a tool message. Use only the tools you are given, with \
+their exact names and parameters.
+When you cannot be sure of a fact, use a tool to find it; do not invent results. When you know \
+enough, give the answer.
 {background}
 
 # How to reply
 {protocol}"""
 
 NATIVE_DIALECT = Dialect('native', _NATIVE_PROTOCOL, _NATIVE_SYSTEM,
-                         'call a tool through function calling, or answer in plain text', _limit('in plain text'))
+                         'call a tool through function calling, or answer in plain text',
+                         _limit('in plain text'))
 DIALECTS = {d.name: d for d in (_DEFAULT, _RISK, _REACH)}
 
 # %% ../../nbs/21_react.ipynb #9bf60c05
@@ -127,7 +146,8 @@ def get_dialect(d:Dialect|str) -> Dialect:
     "A `Dialect` given as itself or by its name in `DIALECTS`."
     if isinstance(d, Dialect): return d
     if isinstance(d, str) and d in DIALECTS: return DIALECTS[d]
-    raise ValueError(f"Unknown dialect {d!r}: use one of {', '.join(map(repr, DIALECTS))}, or pass a Dialect.")
+    raise ValueError(f"Unknown dialect {d!r}: use one of {', '.join(map(repr, DIALECTS))}, or pass "
+                     "a Dialect.")
 
 # %% ../../nbs/21_react.ipynb #427a8222
 PLACEHOLDERS = ('tools', 'protocol', 'question', 'background', 'history')
@@ -140,14 +160,15 @@ def _fields(template:str) -> list[str]:
                          "write {{ and }} for literal braces.") from None
 
 def check_template(template:str) -> str:
-    "`template`, if every placeholder in it is one of `PLACEHOLDERS`; else a ValueError naming the first that is not."
+    ("`template`, if every placeholder in it is one of `PLACEHOLDERS`; else a ValueError naming "
+     "the first that is not.")
     if not isinstance(template, str):
         raise ValueError(f"A system prompt template is text, not {type(template).__name__}.")
     for f in _fields(template):
         if f not in PLACEHOLDERS:
             allowed = ', '.join('{' + p + '}' for p in PLACEHOLDERS)
-            raise ValueError(f"Unknown placeholder {{{f}}} in the system prompt template: the allowed ones are "
-                             f"{allowed}. Write {{{{ and }}}} for literal braces.")
+            raise ValueError(f"Unknown placeholder {{{f}}} in the system prompt template: the "
+                             f"allowed ones are {allowed}. Write {{{{ and }}}} for literal braces.")
     return template
 
 # %% ../../nbs/21_react.ipynb #2e301ff7
@@ -157,18 +178,20 @@ def system_prompt(tools:ToolRegistry, # the tools, listed where the template say
                   template:str|None=None, # a template; None for the dialect's own
                   dialect:Dialect|str='default', # the reply format put in {protocol}
                   question:str='', background:str='', history:str='') -> str:
-    "The system prompt: `template` with its placeholders filled (an empty one leaves no blank run behind)."
+    ("The system prompt: `template` with its placeholders filled (an empty one leaves no blank run "
+     "behind).")
     d = get_dialect(dialect)
     template = check_template(template or d.system)
     tools_text = tools.render_prompt() if 'tools' in _fields(template) else ''
-    text = template.format(tools=tools_text, protocol=d.protocol, question=question, background=background,
-                           history=history)
+    text = template.format(tools=tools_text, protocol=d.protocol, question=question,
+                           background=background, history=history)
     return _BLANK_LINES.sub('\n\n', text).strip()
 
 # %% ../../nbs/21_react.ipynb #9021eeb7
 @dataclass
 class Decision:
-    "What a model turn asks for: a thought plus calls to make, or an answer; a conclusion stated beside calls is kept."
+    ("What a model turn asks for: a thought plus calls to make, or an answer; a conclusion stated "
+     "beside calls is kept.")
     thought: str|None = None
     calls: list = field(default_factory=list)
     answer: str|None = None
@@ -181,13 +204,15 @@ class Decision:
         return f"Decision(thought={self.thought!r}, calls={calls}, answer={self.answer!r}{extra})"
 
 def _k(key) -> str:
-    "A key as one spelling: lower case, no underscores, dashes or spaces ('Final_Answer' → 'finalanswer')."
+    ("A key as one spelling: lower case, no underscores, dashes or spaces ('Final_Answer' → "
+     "'finalanswer').")
     return str(key).lower().replace('_', '').replace('-', '').replace(' ', '')
 
 def _low(d:dict) -> dict: return {_k(k): v for k, v in d.items()}
 def _kind(low:dict) -> str: return _k(low['type']) if isinstance(low.get('type'), str) else ''
 
-def _pick(low:dict, names) -> Any: return next((low[n] for n in names if low.get(n) not in (None, '')), None)
+def _pick(low:dict, names) -> Any:
+    return next((low[n] for n in names if low.get(n) not in (None, '')), None)
 
 # %% ../../nbs/21_react.ipynb #05038858
 _THOUGHT = ('thought', 'reason', 'reasoning', 'thinking')
@@ -200,14 +225,16 @@ def _acts(low:dict, d:dict) -> list:
     if isinstance(low.get('toolcalls'), list): return low['toolcalls']
     act = low.get('action')
     if isinstance(act, list): return act
-    if act not in (None, '', {}) and not (isinstance(act, str) and act.strip().lower() in _NO_ACTION): return [act]
+    no_action = isinstance(act, str) and act.strip().lower() in _NO_ACTION
+    if act not in (None, '', {}) and not no_action: return [act]
     typed = _kind(low) in ('toolcall', 'function', 'functioncall')
     if typed or 'toolname' in low or isinstance(low.get('function'), dict): return [d]
     named = isinstance(low.get('name'), str) or isinstance(low.get('tool'), str)
     return [d] if named and ('arguments' in low or 'parameters' in low or 'args' in low) else []
 
 def _text(v) -> str|None:
-    "A value the model sent as text: strings as they are, numbers as written, anything else as JSON."
+    ("A value the model sent as text: strings as they are, numbers as written, anything else as "
+     "JSON.")
     if v is None or isinstance(v, str): return v
     if isinstance(v, (int, float)): return str(v)
     try: return json.dumps(v, ensure_ascii=False)
@@ -215,51 +242,60 @@ def _text(v) -> str|None:
 
 # %% ../../nbs/21_react.ipynb #f3032283
 def decide(value:dict) -> Decision:
-    "Read a parsed reply in any supported dialect; `ValueError` if it has neither an action nor an answer."
-    if not isinstance(value, dict): raise ValueError(f"Expected a JSON object, got {type(value).__name__}.")
+    ("Read a parsed reply in any supported dialect; `ValueError` if it has neither an action nor "
+     "an answer.")
+    if not isinstance(value, dict):
+        raise ValueError(f"Expected a JSON object, got {type(value).__name__}.")
     low = _low(value)
     try: calls = [ToolCall(tool=t, args=a) for t, a in map(parse_call, _acts(low, value))]
     except RecursionError:
-        raise ValueError('The action is nested too deeply to read: give {"tool": ..., "args": {...}}.') from None
+        raise ValueError('The action is nested too deeply to read: give {"tool": ..., "args": '
+                         '{...}}.') from None
     answer = _pick(low, _ANSWER)
-    if answer is None and not calls and _kind(low) in ('finalanswer', 'answer'): answer = low.get('content')
-    if not calls and answer is None: raise ValueError('The object has neither an "action" nor an "answer".')
+    if answer is None and not calls and _kind(low) in ('finalanswer', 'answer'):
+        answer = low.get('content')
+    if not calls and answer is None:
+        raise ValueError('The object has neither an "action" nor an "answer".')
     answer = _text(answer)
-    return Decision(_text(_pick(low, _THOUGHT)), calls, None if calls else answer, answer if calls else None)
+    return Decision(_text(_pick(low, _THOUGHT)), calls, None if calls else answer,
+                    answer if calls else None)
 
 # %% ../../nbs/21_react.ipynb #4d773d84
 def observation_message(calls:list[ToolCall], obs:list[Observation]) -> str:
     "The user message that shows the model what its calls returned."
-    return '\n\n'.join(f"Observation for {c}" + ('' if o.ok else f" (FAILED, {o.error})") + f":\n{o.content}"
-                        for c, o in zip(calls, obs))
+    return '\n\n'.join(f"Observation for {c}" + ('' if o.ok else f" (FAILED, {o.error})")
+                       + f":\n{o.content}" for c, o in zip(calls, obs))
 
 # %% ../../nbs/21_react.ipynb #f6bde916
 _OBS_HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \(FAILED, (?P<error>\w+)\))?:')
 
 def read_observation_message(text:str) -> list[Shown]:
-    "The results in an `observation_message`, in order: what a model in a ReAct conversation was shown."
+    ("The results in an `observation_message`, in order: what a model in a ReAct conversation was "
+     "shown.")
     out = []
     for block in re.split(r'\n\n(?=Observation for )', text):
         head, _, body = block.partition('\n')
-        if h := _OBS_HEAD.fullmatch(head): out.append(Shown(h['tool'], h['call'], not h['error'], body, h['error']))
+        if h := _OBS_HEAD.fullmatch(head):
+            out.append(Shown(h['tool'], h['call'], not h['error'], body, h['error']))
     return out
 
 # %% ../../nbs/21_react.ipynb #ec6ac870
-_GUARD_OF_ERROR = {'unknown_tool': 'suggestion', 'bad_args': 'validation', 'tool_error': 'tool_error',
-                   'timeout': 'timeout'}
+_GUARD_OF_ERROR = {'unknown_tool': 'suggestion', 'bad_args': 'validation',
+                   'tool_error': 'tool_error', 'timeout': 'timeout'}
 
 def _intervention(c:ToolCall, prev:str, when:str, cap:int=1000) -> str:
     "What the model is told instead of running `c` again: the result it already has, capped."
     seen = prev if len(prev) <= cap else prev[:cap] + f'… [{len(prev) - cap} more characters]'
-    return (f"You already called {c} {when} and got:\n{seen}\n"
-            "Calling it again gives the same result. Use what you already know: answer now, or try a different tool "
-            "or different arguments.")
+    return (f"You already called {c} {when} and got:\n{seen}\nCalling it again gives the same "
+            "result. Use what you already know: answer now, or try a different tool or different "
+            "arguments.")
 
 
 # %% ../../nbs/21_react.ipynb #9f60de9a
 def _internal(e:BaseException, where:str) -> Safeguard: return crash_safeguard(e, where)
 
-def _fired(step:Step, kind:str) -> bool: return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
+def _fired(step:Step, kind:str) -> bool:
+    return bool(step.safeguards) and any(g.kind == kind for g in step.safeguards)
 
 # %% ../../nbs/21_react.ipynb #5a1e0c02
 _off, _switched = switched_off, switched_tools
@@ -267,7 +303,8 @@ _off, _switched = switched_off, switched_tools
 
 # %% ../../nbs/21_react.ipynb #00f163f9
 class ReActAgent:
-    "A ReAct agent over `llm` and `tools`; `.run(question)` → `Run`, `.stream(question)` → events."
+    ("A ReAct agent over `llm` and `tools`; `.run(question)` → `Run`, `.stream(question)` → "
+     "events.")
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  max_steps:int=10, # hard cap on model calls before the final answer
@@ -284,13 +321,19 @@ class ReActAgent:
                  summariser=None, # makes `Step.summary` when a policy uses summaries; default `extractive_summary`
                  ask_user:bool=False, # offer the model an `ask_user` tool: the run pauses for the user's reply
                  safeguards:dict|None=None): # safeguards to switch off, e.g. {'correction': False}: `SAFEGUARDS`
-        if mode not in ('json', 'native'): raise ValueError(f"mode must be 'json' or 'native', got {mode!r}.")
-        self.llm, self.max_steps, self.max_corrections, self.mode = llm, max_steps, max_corrections, mode
+        if mode not in ('json', 'native'):
+            raise ValueError(f"mode must be 'json' or 'native', got {mode!r}.")
+        self.llm = llm
+        self.max_steps = max_steps
+        self.max_corrections = max_corrections
+        self.mode = mode
         self.safeguards = check_safeguards(safeguards)
         self.ask_user, self.tools = bool(ask_user), tools  # (see the `tools` property below)
         self.dialect = _agent_dialect(dialect, mode)
         self.system = check_template(system or self.dialect.system)
-        self.stream_tokens, self.name, self.background = stream_tokens, name, background
+        self.stream_tokens = stream_tokens
+        self.name = name
+        self.background = background
         self.max_actions = max(int(max_actions), 1)
         self.repeat_window = max(int(repeat_window), 0) if self.safeguards['repeat_guard'] else 0
         self.context, self.summariser = get_policy(context), summariser or extractive_summary
@@ -302,21 +345,26 @@ def chat(self:ReActAgent, message:str, # the user's next message
          store=None, # a `SessionStore` its runs are recorded in (and loaded from, the first time)
          memory=None) -> Run: # a `LongTermMemory` for the conversation
     "Ask within the conversation `session_id`, kept on the agent (`memory.agent_chat` says how)."
-    from reach_nb.memory.conversation import agent_chat  # conversations come later; the method is here whatever was imported
+    # conversations come later; the method is here whatever was imported
+    from reach_nb.memory.conversation import agent_chat
     return agent_chat(self, message, session_id, store, memory)
 
 # %% ../../nbs/21_react.ipynb #778c656b
 def _offered(self:ReActAgent) -> ToolRegistry:
-    "The tools offered to the model: the registry given, with the safeguards switched off and `ask_user` applied."
-    if self._from != self._given.version:  # the registry changed (e.g. an MCP server added a tool): derive again
+    ("The tools offered to the model: the registry given, with the safeguards switched off and "
+     "`ask_user` applied.")
+    # the registry changed (e.g. an MCP server added a tool): derive again
+    if self._from != self._given.version:
         reg = _switched(self._given, self.safeguards)
         self._offer, self._from = _with_ask_user(reg) if self.ask_user else reg, self._given.version
     return self._offer
 
 def _give(self:ReActAgent, tools): # a `ToolRegistry` or a list of tool functions
-    self._given, self._from = (tools if isinstance(tools, ToolRegistry) else default_registry(tools)), None
+    self._given = tools if isinstance(tools, ToolRegistry) else default_registry(tools)
+    self._from = None
 
-ReActAgent.tools = property(_offered, _give, doc="The agent's tools, kept up to date with the registry it was given.")
+ReActAgent.tools = property(
+    _offered, _give, doc="The agent's tools, kept up to date with the registry it was given.")
 
 
 # %% ../../nbs/21_react.ipynb #eba8bd34
@@ -324,8 +372,9 @@ def _agent_dialect(dialect:Dialect|str, mode:str) -> Dialect:
     "The dialect an agent speaks: the one asked for in JSON mode, `NATIVE_DIALECT` in native mode."
     if mode == 'json' or isinstance(dialect, Dialect): return get_dialect(dialect)
     if dialect != 'default':
-        raise ValueError(f"dialect={dialect!r} is a JSON reply format, but mode='native' calls tools through function "
-                         "calling: drop dialect, or pass a Dialect to word the native prompts yourself.")
+        raise ValueError(f"dialect={dialect!r} is a JSON reply format, but mode='native' calls "
+                         "tools through function calling: drop dialect, or pass a Dialect to word "
+                         "the native prompts yourself.")
     return NATIVE_DIALECT
 
 # %% ../../nbs/21_react.ipynb #8ac486a8
@@ -343,38 +392,51 @@ def stream(self:ReActAgent, question:str, # the user's question
            start:bool=True, # emit `RunStart` and the given steps first (False: they are stored already)
            meta:dict|None=None) -> Iterator: # more labels for `RunStart.meta`, e.g. the run this one forks
     "Run, yielding events as they happen; nothing a model or a tool does raises out of it."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
+    if not isinstance(question, str):
+        raise TypeError(f"The question must be a str, not {type(question).__name__}.")
     loop = _Loop(self, question, head)
     loop.carry_on(steps, reply, cached)
     return loop.events(start, meta)
 
 # %% ../../nbs/21_react.ipynb #d1563b9f
 class _Loop:
-    "One run of a `ReActAgent`: the messages so far, the steps, the usage and what the safeguards count."
+    ("One run of a `ReActAgent`: the messages so far, the steps, the usage and what the safeguards "
+     "count.")
     def __init__(self, agent:ReActAgent, question:str, head:list[dict]|None=None):
-        self.a, self.d, self.q, self.steps = agent, agent.dialect, question, []
-        self.fails = self.errors = 0  # correction rounds in a row; steps with an internal error in a row
-        self.recent = deque(maxlen=agent.repeat_window)  # per step with calls: (index, {call key: result}, repeated)
-        self.shown, self.crash, self.start = 0, None, time.perf_counter()
+        self.a = agent
+        self.d = agent.dialect
+        self.q = question
+        self.steps = []
+        # correction rounds in a row; steps with an internal error in a row
+        self.fails = self.errors = 0
+        # per step with calls: (index, {call key: result}, repeated)
+        self.recent = deque(maxlen=agent.repeat_window)
+        self.shown = 0
+        self.crash = None
+        self.start = time.perf_counter()
         self.sent = []  # the messages of the model call in progress
         self.reply, self.cached = None, {}  # set by `carry_on`
-        self.listed, self.restated = self._listing(), False  # the tools the system prompt lists; whether it changed
+        # the tools the system prompt lists; whether it changed
+        self.listed, self.restated = self._listing(), False
         try: self.sys0 = self._system()
         except Exception as e: self.sys0, self.crash = None, None if head else e
         mine = [] if self.sys0 is None else [{'role': 'system', 'content': self.sys0}]
         self.head = list(head or mine + [{'role': 'user', 'content': question}])
 
     def _system(self) -> str:
-        return system_prompt(self.a.tools, self.a.system, self.d, question=self.q, background=self.a.background)
+        return system_prompt(self.a.tools, self.a.system, self.d, question=self.q,
+                             background=self.a.background)
 
     def _listing(self) -> tuple: return id(t := self.a.tools), t.version
 
     @property
-    def usage(self) -> Usage: return sum((s.usage for s in self.steps), Usage())  # the run frame sums them at the end
+    def usage(self) -> Usage: # the run frame sums them at the end
+        return sum((s.usage for s in self.steps), Usage())
 
     @property
     def messages(self) -> list[dict]:
-        "The prompt the next step would be sent: the head and the steps so far, through the agent's context policy."
+        ("The prompt the next step would be sent: the head and the steps so far, through the "
+         "agent's context policy.")
         return self.a.context.build(self.head, self.steps)
 
 # %% ../../nbs/21_react.ipynb #63c9da0d
@@ -388,10 +450,12 @@ def carry_on(self:_Loop, steps:list[Step]|None=None, # steps already taken
     for s in self.steps[-self.a.repeat_window:] if self.a.repeat_window else []:
         ran = {self._key(c): o.content for c, o in zip(s.actions, s.observations)}
         if ran: self.recent.append((s.index, ran, False))
-    self.fails, self.errors = _trailing(self.steps, 'correction'), _trailing(self.steps, 'internal_error')
+    self.fails = _trailing(self.steps, 'correction')
+    self.errors = _trailing(self.steps, 'internal_error')
 
 def _trailing(steps:list[Step], kind:str) -> int:
-    "How many of the last steps in a row had a safeguard of `kind` (the counts the loop keeps as it goes)."
+    ("How many of the last steps in a row had a safeguard of `kind` (the counts the loop keeps as "
+     "it goes).")
     n = 0
     for s in reversed(steps):
         if not _fired(s, kind): break
@@ -401,40 +465,47 @@ def _trailing(steps:list[Step], kind:str) -> int:
 # %% ../../nbs/21_react.ipynb #713b01d1
 @patch
 def _request(self:_Loop, final:bool=False) -> dict:
-    "A model call's options: tool schemas in native mode (none at the step limit), JSON mode otherwise."
+    ("A model call's options: tool schemas in native mode (none at the step limit), JSON mode "
+     "otherwise.")
     if self.a.mode == 'native': return {} if final else {'tools': self.a.tools.schemas()}
     return {'json_mode': True}
 
 # %% ../../nbs/21_react.ipynb #266c1d48
 @patch
 def _ask(self:_Loop, step:Step, final:bool=False):
-    "One model call (the kernel's `model_call`); a reply given instead (a fork's, a resumed step's) is used as it is."
+    ("One model call (the kernel's `model_call`); a reply given instead (a fork's, a resumed "
+     "step's) is used as it is.")
     if self.reply is not None:  # given, not asked for: a fork with an edited reply
         resp, self.reply = self.reply, None
         step.raw = resp.content or ''
         return resp
-    if not self.a.stream_tokens: return model_reply(self.a.llm, self.sent, step, **self._request(final))
+    if not self.a.stream_tokens:
+        return model_reply(self.a.llm, self.sent, step, **self._request(final))
     return (yield from model_call(self.a.llm, self.sent, step, True, **self._request(final)))
 
 # %% ../../nbs/21_react.ipynb #4e572c2a
 @patch
 def _split(self:_Loop, step:Step, resp:LLMResponse) -> str:
-    "The reply's text without a leading reasoning block; the reasoning (sent apart, or that block) goes on `step`."
+    ("The reply's text without a leading reasoning block; the reasoning (sent apart, or that "
+     "block) goes on `step`.")
     text = resp.content or ''
     thought, text = split_reasoning(text) if '<' in text else (None, text)
-    if reasoning := resp.reasoning or thought: step.reasoning = reasoning  # (pydantic attributes are slow to set)
+    # (pydantic attributes are slow to set)
+    if reasoning := resp.reasoning or thought: step.reasoning = reasoning
     return text
 
 # %% ../../nbs/21_react.ipynb #1a5a9b78
 @patch
 def _in_content(self:_Loop, step:Step, text:str) -> Decision|None:
-    "Tool calls written in the reply's text in a known form, used as a repair; None if there are none (or no repairs)."
+    ("Tool calls written in the reply's text in a known form, used as a repair; None if there are "
+     "none (or no repairs).")
     got = extract_tool_calls(text) if text and self.a.safeguards['tolerant_parsing'] else None
     if not got or not got[0]: return None
     calls, repairs = got
     step.parse_level, step.repairs = 'repaired', list(repairs)
     n = len(calls)
-    self._repaired(step, f"{n} tool call{'s' * (n != 1)} written in the reply's text ({', '.join(repairs)})")
+    self._repaired(step, f"{n} tool call{'s' * (n != 1)} written in the reply's text "
+                         f"({', '.join(repairs)})")
     return Decision(calls=list(calls))
 
 @patch
@@ -451,7 +522,8 @@ def _parse(self:_Loop, text:str):
 # %% ../../nbs/21_react.ipynb #fbcd8752
 @patch
 def _read_json(self:_Loop, step:Step, text:str) -> tuple:
-    "(decision or None, parse result) for a JSON-mode reply; tool calls in another written form are used too."
+    ("(decision or None, parse result) for a JSON-mode reply; tool calls in another written form "
+     "are used too.")
     res = self._parse(text)
     step.parse_level, step.repairs = res.level, list(res.repairs)
     dec = None
@@ -465,21 +537,25 @@ def _read_json(self:_Loop, step:Step, text:str) -> tuple:
 
 @patch
 def _correct(self:_Loop, step:Step, res):
-    "A correction round: what was wrong, and the format expected, go back to the model (with the round switched on)."
+    ("A correction round: what was wrong, and the format expected, go back to the model (with the "
+     "round switched on).")
     self.fails += 1
     step.parse_level = 'failed'
     if not self.a.safeguards['correction']: return  # no round: `_outcome` ends the run
-    step.safeguards.append(Safeguard(kind='correction', detail=res.error or 'The reply could not be read.'))
+    step.safeguards.append(Safeguard(kind='correction',
+                                     detail=res.error or 'The reply could not be read.'))
     self._say(step, step.raw, correction_message(res, self.d.reminder))
 
 @patch
 def _say(self:_Loop, step:Step, assistant:str, user:str):
     "Record on `step` what it adds to the conversation: the reply, and the agent's answer to it."
-    step.messages += [{'role': 'assistant', 'content': assistant}, {'role': 'user', 'content': user}]
+    step.messages += [{'role': 'assistant', 'content': assistant},
+                      {'role': 'user', 'content': user}]
 
 # %% ../../nbs/21_react.ipynb #d9d8ecca
 def _protocol_object(text:str) -> tuple|None:
-    "(decision, parse result) if the whole reply is one JSON reply object (fenced or not, no prose around it)."
+    ("(decision, parse result) if the whole reply is one JSON reply object (fenced or not, no "
+     "prose around it).")
     if '{' not in text: return None
     res = parse_json(text)
     if not res.ok or 'surrounding_prose' in res.repairs: return None
@@ -488,7 +564,8 @@ def _protocol_object(text:str) -> tuple|None:
 
 @patch
 def _read_native(self:_Loop, step:Step, resp:LLMResponse, text:str) -> Decision:
-    "A native reply: its tool calls; else calls written in its text (a repair); else its text, as the answer."
+    ("A native reply: its tool calls; else calls written in its text (a repair); else its text, as "
+     "the answer.")
     step.parse_level = 'native'
     if resp.tool_calls: return Decision(text or None, list(resp.tool_calls))
     if (dec := self._in_content(step, text)) is not None: return dec
@@ -496,13 +573,16 @@ def _read_native(self:_Loop, step:Step, resp:LLMResponse, text:str) -> Decision:
     if got is None: return Decision(answer=text)
     dec, res = got
     step.repairs = [*res.repairs, 'protocol_json']
-    if dec.calls: step.parse_level = 'repaired'; self._repaired(step, 'a JSON action in the reply text as a tool call')
+    if dec.calls:
+        step.parse_level = 'repaired'
+        self._repaired(step, 'a JSON action in the reply text as a tool call')
     return dec
 
 # %% ../../nbs/21_react.ipynb #2b61b39d
 @patch
 def _decode(self:_Loop, step:Step, resp:LLMResponse) -> Decision|None:
-    "Turn a reply into a `Decision`; a JSON-mode reply that cannot be used is a correction round, and None."
+    ("Turn a reply into a `Decision`; a JSON-mode reply that cannot be used is a correction round, "
+     "and None.")
     text = self._split(step, resp)
     if self.a.mode == 'native': dec, res = self._read_native(step, resp, text), None
     else: dec, res = self._read_json(step, text)
@@ -515,25 +595,32 @@ _as_key = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).enco
 
 @patch
 def _key(self:_Loop, c:ToolCall) -> str:
-    "A call as the registry would run it (aliases, synonyms, coercion, defaults), as text to compare."
+    ("A call as the registry would run it (aliases, synonyms, coercion, defaults), as text to "
+     "compare.")
     try: name, args = self.a.tools.canonical_call(c) or (c.tool, c.args)
     except Exception: name, args = c.tool, c.args
     try: return name + _as_key(args)
-    except (TypeError, ValueError, RecursionError): return f'{name}#{id(c)}'  # unreadable arguments match nothing
+    # unreadable arguments match nothing
+    except (TypeError, ValueError, RecursionError): return f'{name}#{id(c)}'
 
 @patch
 def _seen(self:_Loop) -> dict:
-    "Each call run in the last few steps with calls, by key: (the step that ran it, what it returned)."
+    ("Each call run in the last few steps with calls, by key: (the step that ran it, what it "
+     "returned).")
     return {k: (i, out) for i, ran, _ in self.recent for k, out in ran.items()}
 
 # %% ../../nbs/21_react.ipynb #fce1c795
-_WAITING, _with_ask_user, _is_ask = WAITING, with_ask_user, is_ask  # (the kernel holds ask-user)
+# (the kernel holds ask-user)
+_WAITING = WAITING
+_with_ask_user = with_ask_user
+_is_ask = is_ask
 
 
 # %% ../../nbs/21_react.ipynb #38712c3b
 @patch
 def _known(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
-    "Observations of `calls` that need no run, by call id: calls that already ran (`ask_user` is a tool like any)."
+    ("Observations of `calls` that need no run, by call id: calls that already ran (`ask_user` is "
+     "a tool like any).")
     todo, out = {id(c) for c in calls}, {}
     for n, c in enumerate(step.actions):
         if id(c) not in todo: continue
@@ -543,38 +630,48 @@ def _known(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
 # %% ../../nbs/21_react.ipynb #0de2438c
 @patch
 def _run(self:_Loop, step:Step, calls:list[ToolCall]) -> dict:
-    "Run `calls`: their observations by call id; if the registry itself raises, failed observations."
+    ("Run `calls`: their observations by call id; if the registry itself raises, failed "
+     "observations.")
     known = self._known(step, calls)
     calls = [c for c in calls if id(c) not in known]
     if not calls: return known
     try:
         obs = self.a.tools.call_many(calls)
-        if len(obs) != len(calls): raise TypeError(f"call_many returned {len(obs)} results for {len(calls)} calls")
+        if len(obs) != len(calls):
+            raise TypeError(f"call_many returned {len(obs)} results for {len(calls)} calls")
     except Exception as e:
         step.safeguards.append(_internal(e, 'in the tool registry'))
-        text = f"Not run: the tool registry failed ({error_text(e, 300)}). Try again or use another tool."
-        obs = [Observation(tool=c.tool, content=text, ok=False, call_id=c.id, args=c.args) for c in calls]
+        text = (f"Not run: the tool registry failed ({error_text(e, 300)}). Try again or use "
+                "another tool.")
+        obs = [Observation(tool=c.tool, content=text, ok=False, call_id=c.id, args=c.args)
+               for c in calls]
     return {**known, **dict(zip(map(id, calls), obs))}
 
 @patch
 def _not_run(self:_Loop, step:Step, n:int, c:ToolCall, seen:dict, key:str|None) -> Observation:
-    "The observation of a call that is not run: over the per-step cap, or a repeat (with the earlier result)."
-    if key is None: text = (f"Not run: one step runs at most {self.a.max_actions} calls and this reply asked for "
-                            f"{len(step.actions)}. Ask again for the ones you still need.")
+    ("The observation of a call that is not run: over the per-step cap, or a repeat (with the "
+     "earlier result).")
+    if key is None: text = (f"Not run: one step runs at most {self.a.max_actions} calls and this "
+                            f"reply asked for {len(step.actions)}. Ask again for the ones you "
+                            "still need.")
     else:
         i, prev = seen[key]
-        text = _intervention(c, prev, 'in the previous step' if i == step.index - 1 else f'in step {i}')
+        text = _intervention(c, prev,
+                             'in the previous step' if i == step.index - 1 else f'in step {i}')
     return Observation(tool=c.tool, content=text, ok=False, call_id=c.id, args=c.args)
 
 # %% ../../nbs/21_react.ipynb #9fac0359
 @patch
 def _guard(self:_Loop, step:Step, keys:list, fresh:list, done:dict):
-    "The repeat guard: remember what ran; a repeat in the window is an intervention, a second one stops the run."
+    ("The repeat guard: remember what ran; a repeat in the window is an intervention, a second one "
+     "stops the run.")
     repeated = len(fresh) < len(keys)
     if repeated and any(r for *_, r in self.recent):
-        step.safeguards.append(Safeguard(kind='repeat_stop', detail='Repeated a call after an intervention; stop.'))
+        step.safeguards.append(Safeguard(kind='repeat_stop',
+                                         detail='Repeated a call after an intervention; stop.'))
     elif repeated:
-        step.safeguards.append(Safeguard(kind='intervention', detail='Repeated an earlier call; restated its result.'))
+        step.safeguards.append(Safeguard(kind='intervention',
+                                         detail='Repeated an earlier call; restated its result.'))
     if not _fired(step, 'internal_error'):
         ran = {k: done[id(c)].content for c, k in zip(step.actions, keys) if id(c) in done}
         self.recent.append((step.index, ran, repeated))
@@ -583,7 +680,8 @@ def _guard(self:_Loop, step:Step, keys:list, fresh:list, done:dict):
 # %% ../../nbs/21_react.ipynb #c2c79871
 @patch
 def _act(self:_Loop, step:Step, resp:LLMResponse|None=None):
-    "Run the step's calls — at most `max_actions`, and no repeats — recording one observation per call."
+    ("Run the step's calls — at most `max_actions`, and no repeats — recording one observation "
+     "per call.")
     for c in step.actions: yield ToolStart(index=step.index, call=c)
     seen, keys = self._seen(), [self._key(c) for c in step.actions[:self.a.max_actions]]
     fresh = [c for c, k in zip(step.actions, keys) if k not in seen]
@@ -591,24 +689,30 @@ def _act(self:_Loop, step:Step, resp:LLMResponse|None=None):
     for n, c in enumerate(step.actions):
         o = done.get(id(c)) or self._not_run(step, n, c, seen, keys[n] if n < len(keys) else None)
         step.observations.append(o)
-        if o.error: step.safeguards.append(Safeguard(kind=_GUARD_OF_ERROR.get(o.error, 'tool_error'),
-                                                     detail=o.content[:300]))
+        if o.error:
+            kind = _GUARD_OF_ERROR.get(o.error, 'tool_error')
+            step.safeguards.append(Safeguard(kind=kind, detail=o.content[:300]))
         yield ToolEnd(index=step.index, observation=o, call=c)
     if len(keys) < len(step.actions):
-        step.safeguards.append(Safeguard(kind='size_cap', detail=f'The reply asked for {len(step.actions)} calls; '
-                                         f'only the first {len(keys)} ran.'))
+        step.safeguards.append(Safeguard(kind='size_cap',
+                                         detail=f'The reply asked for {len(step.actions)} calls; '
+                                                f'only the first {len(keys)} ran.'))
     self._guard(step, keys, fresh, done)
     self._remember(step, resp)
 
 # %% ../../nbs/21_react.ipynb #934fb830
 def tool_step_messages(step:Step, mode:str) -> list[dict]:
-    "What a step with calls adds to the conversation: the reply, then its observations (tool messages if native)."
+    ("What a step with calls adds to the conversation: the reply, then its observations (tool "
+     "messages if native).")
     if mode == 'json': return [{'role': 'assistant', 'content': step.raw},
-                               {'role': 'user', 'content': observation_message(step.actions, step.observations)}]
+                               {'role': 'user',
+                                'content': observation_message(step.actions, step.observations)}]
     calls = [{'id': c.id or f'call_{step.index}_{k}', 'type': 'function',
-              'function': {'name': c.tool, 'arguments': json.dumps(c.args, ensure_ascii=False, default=str)}}
+              'function': {'name': c.tool,
+                           'arguments': json.dumps(c.args, ensure_ascii=False, default=str)}}
              for k, c in enumerate(step.actions)]
-    text = None if step.parse_level == 'repaired' else step.raw or None  # calls read from the text: not repeated
+    # calls read from the text: not repeated
+    text = None if step.parse_level == 'repaired' else step.raw or None
     return [{'role': 'assistant', 'content': text, 'tool_calls': calls},
             *({'role': 'tool', 'tool_call_id': tc['id'], 'content': o.content}
               for tc, o in zip(calls, step.observations))]
@@ -638,19 +742,23 @@ def _turn(self:_Loop, step:Step):
     if resp is None: return
     dec = self._decode(step, resp)
     self.shown = step.index
-    yield ModelOutput(index=step.index, raw=step.raw, parse_level=step.parse_level, repairs=step.repairs)
+    yield ModelOutput(index=step.index, raw=step.raw, parse_level=step.parse_level,
+                      repairs=step.repairs)
     if dec is not None: yield from self._use(step, dec, resp)
 
 # %% ../../nbs/21_react.ipynb #a79542a1
 @patch
 def _restate(self:_Loop, step:Step):
-    "If the tools changed since the system prompt listed them, write the prompt again with the tools as they are."
+    ("If the tools changed since the system prompt listed them, write the prompt again with the "
+     "tools as they are.")
     if (now := self._listing()) == self.listed: return
     self.listed, first = now, (self.head or [{}])[0]
     text, old = first.get('content'), self.sys0
-    if old is None or first.get('role') != 'system' or not isinstance(text, str) or not text.startswith(old): return
+    if old is None or first.get('role') != 'system': return
+    if not isinstance(text, str) or not text.startswith(old): return
     try: self.sys0 = self._system()
-    except Exception as e: return step.safeguards.append(_internal(e, 'while listing the changed tools'))
+    except Exception as e:
+        return step.safeguards.append(_internal(e, 'while listing the changed tools'))
     self.head = [{**first, 'content': self.sys0 + text[len(old):]}, *self.head[1:]]
     self.restated = True
 
@@ -658,18 +766,22 @@ def _restate(self:_Loop, step:Step):
 # %% ../../nbs/21_react.ipynb #b36fcafd
 @patch
 def _recover(self:_Loop, step:Step, e:Exception):
-    "After an exception in a step: an `internal_error` safeguard, and a correction round if the model had replied."
+    ("After an exception in a step: an `internal_error` safeguard, and a correction round if the "
+     "model had replied.")
     step.safeguards.append(_internal(e, 'while handling the reply'))
     if not step.usage.llm_calls: return
     step.parse_level, self.fails = 'failed', self.fails + 1
     if self.shown != step.index:
-        yield ModelOutput(index=step.index, raw=step.raw, parse_level='failed', repairs=step.repairs)
-    self._say(step, step.raw, f"Your last reply could not be handled ({error_text(e, 200)}); nothing more was done "
-                        f"with it. Reply again.\n\nExpected format: {self.d.reminder}")
+        yield ModelOutput(index=step.index, raw=step.raw, parse_level='failed',
+                          repairs=step.repairs)
+    self._say(step, step.raw,
+              f"Your last reply could not be handled ({error_text(e, 200)}); nothing more was done "
+              f"with it. Reply again.\n\nExpected format: {self.d.reminder}")
 
 @patch
 def _step(self:_Loop, i:int):
-    "One step: a model call and what follows from it; an exception inside becomes an `internal_error` safeguard."
+    ("One step: a model call and what follows from it; an exception inside becomes an "
+     "`internal_error` safeguard.")
     step, t0 = Step(index=i), time.perf_counter()
     self._restate(step)
     self.sent = prompt_for(self.head, self.a.context, self.steps, step)
@@ -713,7 +825,8 @@ def _add(self:_Loop, step:Step): self.steps.append(step)
 # %% ../../nbs/21_react.ipynb #5e3759ef
 @patch
 def _answer_in(self:_Loop, step:Step, resp:LLMResponse, text:str) -> Decision|None:
-    "The decision in a reply at the step limit, read without acting on it or asking for a correction."
+    ("The decision in a reply at the step limit, read without acting on it or asking for a "
+     "correction.")
     if self.a.mode == 'native':
         step.parse_level = 'native'
         if resp.tool_calls or extract_tool_calls(text): return None
@@ -736,8 +849,10 @@ def _last_answer(self:_Loop, step:Step):
 # %% ../../nbs/21_react.ipynb #48c0b583
 @patch
 def _final(self:_Loop, i:int):
-    "At the step cap: one last request for an answer; without one, the answer sums up what the tools found."
-    step, t0 = Step(index=i, messages=[{'role': 'user', 'content': self.d.step_limit}]), time.perf_counter()
+    ("At the step cap: one last request for an answer; without one, the answer sums up what the "
+     "tools found.")
+    step = Step(index=i, messages=[{'role': 'user', 'content': self.d.step_limit}])
+    t0 = time.perf_counter()
     self._restate(step)
     self.sent = prompt_for(self.head, self.a.context, self.steps, step)
     if self.restated: step.prompt = list(self.sent)
@@ -757,7 +872,8 @@ def _final(self:_Loop, i:int):
 # %% ../../nbs/21_react.ipynb #bc041320
 @patch
 def _steps(self:_Loop):
-    "Steps until one ends the run; at the cap, the step-limit request. Returns (answer, stop reason)."
+    ("Steps until one ends the run; at the cap, the step-limit request. Returns (answer, stop "
+     "reason).")
     if self.crash: raise self.crash
     for i in range(len(self.steps) + 1, self.a.max_steps + 1):
         step = yield from self._step(i)
@@ -772,15 +888,19 @@ def _steps(self:_Loop):
 # %% ../../nbs/21_react.ipynb #f1d772de
 @patch
 def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
-    "The run as events, in the kernel's run frame: its start (and the steps it carries on from), each step, its end."
-    mine = dict(mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(), head=self.head)
-    return run_frame(self.a, self.q, mine, self._steps(), 'in the agent loop', meta, self.steps, start, t0=self.start)
+    ("The run as events, in the kernel's run frame: its start (and the steps it carries on from), "
+     "each step, its end.")
+    mine = dict(mode=self.a.mode, dialect=self.d.name, context=self.a.context.spec(),
+                head=self.head)
+    return run_frame(self.a, self.q, mine, self._steps(), 'in the agent loop', meta, self.steps,
+                     start, t0=self.start)
 
 # %% ../../nbs/21_react.ipynb #e6558e33
 def _edited(step:Step, texts:dict, mode:str) -> Step:
-    "A copy of `step` whose observations at the positions in `texts` say those texts; its messages made again."
-    obs = [o.model_copy(update={'content': texts[k], 'ok': True, 'error': None}) if k in texts else o
-           for k, o in enumerate(step.observations)]
+    ("A copy of `step` whose observations at the positions in `texts` say those texts; its "
+     "messages made again.")
+    obs = [o.model_copy(update={'content': texts[k], 'ok': True, 'error': None})
+           if k in texts else o for k, o in enumerate(step.observations)]
     out = step.model_copy(update={'observations': obs})
     out.messages = tool_step_messages(out, mode)
     return out
@@ -791,10 +911,11 @@ def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
     "Carry on a run that waits for the user: `text` becomes the observation of its `ask_user` call."
     last = run.steps[-1] if run.steps else None
     if last is None or pending_question(last) is None:
-        raise ValueError(f"This run is not waiting for the user (it stopped with {run.stop_reason!r}); "
-                         "ask a new question instead.")
+        raise ValueError("This run is not waiting for the user (it stopped with "
+                         f"{run.stop_reason!r}); ask a new question instead.")
     text = truncate(str(text), self.tools.max_chars)[0]
-    k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations)) if _is_ask(a) and o.content == _WAITING)
+    k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations))
+             if _is_ask(a) and o.content == _WAITING)
     answered = _edited(last, {k: text}, self.mode)
     return self.stream(run.question, head=run.meta.get('head'), steps=[*run.steps[:-1], answered])
 
@@ -806,21 +927,27 @@ def fork_events(self:ReActAgent, run:Run, # any run, live or loaded from a trace
                 observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
                 parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
                 meta:dict|None=None) -> Iterator: # more labels for the fork's `RunStart.meta`
-    "Carry on `run` from step `step`, yielding the fork's events as they happen; the arguments are checked at once."
+    ("Carry on `run` from step `step`, yielding the fork's events as they happen; the arguments "
+     "are checked at once.")
     pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
-    if pos is None: raise ValueError(f"The run has no step {step}; its steps are {[s.index for s in run.steps]}.")
+    if pos is None: raise ValueError(f"The run has no step {step}; its steps are "
+                                     f"{[s.index for s in run.steps]}.")
     if model_output is not None and observation is not None:
         raise ValueError("Give model_output or observation, not both.")
     steps, labels = list(run.steps[:pos]), {**(meta or {}), 'fork_step': step, 'parent': parent}
     if observation is not None:
         s = run.steps[pos]
-        if not s.actions: raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
+        if not s.actions:
+            raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
         texts = observation if isinstance(observation, dict) else dict(enumerate(
             [observation] if isinstance(observation, str) else observation))
-        if bad := [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]: raise ValueError(
-            f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions count from 0).")
+        bad = [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]
+        if bad: raise ValueError(
+            f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions "
+            "count from 0).")
         steps.append(_edited(s, texts, self.mode))
-    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output, meta=labels)
+    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output,
+                       meta=labels)
 
 @patch
 def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
@@ -828,5 +955,6 @@ def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
          model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
          observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
          parent:str|None=None) -> Run: # the id of `run` where it is stored (recorded in the fork)
-    "Carry on `run` from step `step`, optionally with that step's reply or observation replaced; return the new `Run`."
+    ("Carry on `run` from step `step`, optionally with that step's reply or observation replaced; "
+     "return the new `Run`.")
     return Run.from_events(self.fork_events(run, step, model_output, observation, parent))

@@ -17,10 +17,12 @@ from ..tools import ToolRegistry
 __all__ = ['AGENTS', 'example_pipeline', 'make_agent']
 
 # %% ../../nbs/29_agents.ipynb #a488fa16
-AGENTS = ('react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline', 'chat')  # the architectures, by name
+# the architectures, by name
+AGENTS = ('react', 'plan-execute', 'rewoo', 'dag', 'router', 'pipeline', 'chat')
 
 def example_pipeline() -> Path:
-    "The think -> act -> observe pipeline's YAML file, shipped with the package (`data/pipelines` in the checkout)."
+    ("The think -> act -> observe pipeline's YAML file, shipped with the package (`data/pipelines` "
+     "in the checkout).")
     return shipped('pipelines', 'think_act_observe.yaml')
 
 def make_agent(name:str, # one of `AGENTS`
@@ -34,8 +36,10 @@ def make_agent(name:str, # one of `AGENTS`
     if name == 'plan-execute': return plan_execute.PlanExecuteAgent(llm, tools, **kw)
     if name == 'rewoo': return rewoo.ReWOOAgent(llm, tools, background=note, **kw)
     if name == 'dag': return dag.DAGAgent(llm, tools, background=note, **kw)
-    if name == 'pipeline': return pipelines.PipelineAgent(llm, tools, pipeline or example_pipeline(), **kw)
+    if name == 'pipeline':
+        return pipelines.PipelineAgent(llm, tools, pipeline or example_pipeline(), **kw)
     if name == 'chat': return router.ChatAgent(llm, **kw)
     if name == 'router':
-        return router.RouterAgent({a: make_agent(a, llm, tools, note) for a in router.AGENT_ROLES}, llm=llm, **kw)
+        return router.RouterAgent({a: make_agent(a, llm, tools, note) for a in router.AGENT_ROLES},
+                                  llm=llm, **kw)
     raise UserError(f"unknown agent {name!r}", 'the agent name', f"use one of {', '.join(AGENTS)}")

@@ -11,8 +11,10 @@ from ..core import *
 from ..parse import ParseResult, parse_json, correction_message
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
-from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events, run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_tools, with_ask_user
+from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events
+from .plan import run_plan, unanswered
+from .kernel import Shown, check_safeguards, default_registry, switched_tools
+from .kernel import with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
@@ -25,14 +27,16 @@ PLANNER_FORMAT = """Plan: <what this step finds out, and why>
 #E1 = <tool name>[<its arguments as a JSON object>]
 Plan: <the next step; it may use what an earlier step found>
 #E2 = <tool name>[{"<parameter>": "<text that may contain #E1>"}]
-One "Plan:" line and one "#E<n> = tool[arguments]" line per step, numbered from #E1, and nothing else. \
-A tool with one parameter may take plain text: #E3 = <tool name>[some text]."""
+One "Plan:" line and one "#E<n> = tool[arguments]" line per step, numbered from #E1, and nothing \
+else. A tool with one parameter may take plain text: #E3 = <tool name>[some text]."""
 
-PLANNER_JSON_FORMAT = ('{"thought": "<why this plan>", "plan": [{"id": "E1", "goal": "<what it finds out>", '
-                       '"tool": "<tool name>", "args": {...}}, {"id": "E2", "goal": "...", "tool": "<tool name>", '
-                       '"args": {"<parameter>": "<text that may contain #E1>"}}]}')
+PLANNER_JSON_FORMAT = ('{"thought": "<why this plan>", "plan": [{"id": "E1", "goal": "<what it '
+                       'finds out>", "tool": "<tool name>", "args": {...}}, {"id": "E2", "goal": '
+                       '"...", "tool": "<tool name>", "args": {"<parameter>": "<text that may '
+                       'contain #E1>"}}]}')
 SOLVER_FORMAT = 'the answer as plain text, or as {"answer": "<the answer>"}'
-PLAN_FORMATS = {'text': PLANNER_FORMAT, 'json': PLANNER_JSON_FORMAT}  # what the planner is asked for, by name
+# what the planner is asked for, by name
+PLAN_FORMATS = {'text': PLANNER_FORMAT, 'json': PLANNER_JSON_FORMAT}
 MAX_PLAN_CHARS = 20_000  # a longer plan is refused before it is read
 MAX_ANSWER_CHARS = 20_000  # a longer answer is cut to this
 MAX_ARG_LINES = 40  # lines the arguments of one call may run over
@@ -46,7 +50,8 @@ def _plain(body:str) -> dict:
 def _args(body:str, # the text between a tool's brackets
           var:str, # the evidence it is for, as the model wrote it (`#E1`)
           repairs:list) -> dict: # repairs made are added here
-    "The arguments of a text-plan call: a JSON object, nothing, or plain text (one positional argument)."
+    ("The arguments of a text-plan call: a JSON object, nothing, or plain text (one positional "
+     "argument).")
     b = body.strip()
     if not b: return {}
     if not (b[0] == '{' and b[-1] == '}'): return _plain(b)
@@ -64,15 +69,18 @@ _PLAN_LINE = re.compile(_LEAD + r'(?:plan|step)[ \t]*\d{0,3}[ \t]*[:.)-][ \t]*',
 _CALL = re.compile(r'([^\W\d][\w.-]{0,63})[ \t]*\[')
 _SECOND = re.compile(r'#E\d+[ \t]*=[ \t]*[^\W\d][\w.-]{0,63}[ \t]*\[')
 
-def _quote(line:str, n:int=60) -> str: return repr(line.strip()[:n] + ('…' if len(line.strip()) > n else ''))
+def _quote(line:str, n:int=60) -> str:
+    return repr(line.strip()[:n] + ('…' if len(line.strip()) > n else ''))
 
 def _ends(line:str, closer:str) -> bool:
-    "Whether `line` ends with `closer`: ']' or, for JSON arguments, '}]' (blanks allowed between and after)."
+    ("Whether `line` ends with `closer`: ']' or, for JSON arguments, '}]' (blanks allowed between "
+     "and after).")
     s = line.rstrip()
     return s.endswith(']') and (closer == ']' or s[:-1].rstrip().endswith('}'))
 
 def _closing(lines:list[str], i:int, closer:str=']') -> int:
-    "The line where the call begun on line `i` ends with `closer` (never past the next step), or -1."
+    ("The line where the call begun on line `i` ends with `closer` (never past the next step), or "
+     "-1.")
     for j in range(i, min(len(lines), i + MAX_ARG_LINES)):
         if j > i and (_EVIDENCE.match(lines[j]) or _PLAN_LINE.match(lines[j])): return -1
         if _ends(lines[j], closer): return j
@@ -89,25 +97,33 @@ def _evidence(lines:list[str], i:int, m:re.Match, repairs:list) -> tuple[dict, i
     if not call: raise ValueError(f"{where} is not in the form {var} = tool[arguments].")
     closer = '}]' if rhs[call.end():].lstrip()[:1] == '{' else ']'
     if (end := _closing(lines, i, closer)) < 0:
-        raise ValueError(f"{where}: the call of {var} does not end with {closer!r}; write {var} = tool[arguments] "
-                         "with the closing bracket at the end of the line.")
+        raise ValueError(f"{where}: the call of {var} does not end with {closer!r}; write {var} = "
+                         "tool[arguments] with the closing bracket at the end of the line.")
     if m[2] == ':': repairs.append('colon_for_equals')
     if end > i: repairs.append('arguments_over_lines')
     body = '\n'.join([rhs[call.end():], *lines[i + 1:end + 1]]).rstrip()[:-1]
-    if _SECOND.search(body): raise ValueError(f"{where} holds two calls: put each #E on a line of its own.")
+    if _SECOND.search(body):
+        raise ValueError(f"{where} holds two calls: put each #E on a line of its own.")
     return {'id': var[1:], 'tool': call[1], 'args': _args(body, var, repairs)}, end + 1
 
 # %% ../../nbs/24_rewoo.ipynb #e9da0c29
 def _text_items(text:str, max_tasks:int) -> tuple[list[dict], str, list[str]]:
-    "The steps of a text plan as dicts for `read_plan`, the text before its first step, and the repairs made."
-    lines, items, goal, note, repairs, i = text.splitlines(), [], [], [], [], 0
+    ("The steps of a text plan as dicts for `read_plan`, the text before its first step, and the "
+     "repairs made.")
+    lines = text.splitlines()
+    items = []
+    goal = []
+    note = []
+    repairs = []
+    i = 0
     while i < len(lines):
         line, m = lines[i], _EVIDENCE.match(lines[i])
         if m:
             item, i = _evidence(lines, i, m, repairs)
             items.append({**item, 'goal': ' '.join(goal)[:500]}); goal = []
             if len(items) > max_tasks:
-                raise ValueError(f"The plan has more than {max_tasks} steps; keep it to {max_tasks} at most.")
+                raise ValueError(f"The plan has more than {max_tasks} steps; keep it to "
+                                 f"{max_tasks} at most.")
             continue
         if line.lstrip().startswith('```'): repairs.append('code_fence')
         elif p := _PLAN_LINE.match(line): goal.append(line[p.end():].strip())
@@ -120,24 +136,30 @@ _EVAR = re.compile(r'E\d+')
 def _var(i:str) -> str: return f'#{i}' if _EVAR.fullmatch(i) else i
 
 def _link(tasks:list[PlanTask]) -> list[PlanTask]:
-    "The tasks with the steps their arguments use added to their deps; a ValueError for missing or later evidence."
-    tasks = [t.model_copy(update={'id': t.id.lstrip('#'), 'deps': [d.lstrip('#') for d in t.deps]}) for t in tasks]
+    ("The tasks with the steps their arguments use added to their deps; a ValueError for missing "
+     "or later evidence.")
+    tasks = [t.model_copy(update={'id': t.id.lstrip('#'), 'deps': [d.lstrip('#') for d in t.deps]})
+             for t in tasks]
     pos, out = {t.id: i for i, t in enumerate(tasks)}, []
-    if len(pos) < len(tasks): raise ValueError(f"Each step needs its own evidence name; got {[t.id for t in tasks]}.")
+    if len(pos) < len(tasks):
+        raise ValueError(f"Each step needs its own evidence name; got {[t.id for t in tasks]}.")
     for i, t in enumerate(tasks):
-        if t.call is None: raise ValueError(f"Step {_var(t.id)} has no tool: every step of the plan calls one tool.")
+        if t.call is None: raise ValueError(f"Step {_var(t.id)} has no tool: every step of the "
+                                            "plan calls one tool.")
         used = sorted(refs(t.call.args))
         if bad := [_var(r) for r in used if r not in pos and _EVAR.fullmatch(r)]:
             raise ValueError(f"{_var(t.id)} uses {', '.join(bad)}, which no step defines.")
         if late := [_var(r) for r in used if pos.get(r, -1) >= i]:
             raise ValueError(f"{_var(t.id)} uses {', '.join(late)}, which is not an earlier step: "
                              "a step can use only the evidence of the steps before it.")
-        out.append(t.model_copy(update={'deps': list(dict.fromkeys(t.deps + [r for r in used if r in pos]))}))
+        deps = list(dict.fromkeys(t.deps + [r for r in used if r in pos]))
+        out.append(t.model_copy(update={'deps': deps}))
     return out
 
 # %% ../../nbs/24_rewoo.ipynb #988eac67
 class PlanReading(NamedTuple):
-    "A plan read from a planner's reply: its tasks, the planner's note, the form it came in, the repairs made."
+    ("A plan read from a planner's reply: its tasks, the planner's note, the form it came in, the "
+     "repairs made.")
     tasks: list[PlanTask]
     note: str
     form: str  # 'text' or 'json'
@@ -146,27 +168,30 @@ class PlanReading(NamedTuple):
 def read_rewoo_plan(text:str, # the planner's reply
                     tools:ToolRegistry|None=None, # when given, every tool must be one of these
                     max_tasks:int=20) -> PlanReading: # steps a plan may have at most
-    "A ReWOO plan in the text form (`#E1 = tool[args]` lines) or as JSON; a ValueError worded for the model."
+    ("A ReWOO plan in the text form (`#E1 = tool[args]` lines) or as JSON; a ValueError worded for "
+     "the model.")
     text = str(text or '')
     if not text.strip(): raise ValueError('The reply is empty: write the plan.')
     if len(text) > MAX_PLAN_CHARS:
-        raise ValueError(f"The plan is {len(text):,} characters long; keep it under {MAX_PLAN_CHARS:,}: "
-                         "one short line per step.")
+        raise ValueError(f"The plan is {len(text):,} characters long; keep it under "
+                         f"{MAX_PLAN_CHARS:,}: one short line per step.")
     if any(_EVIDENCE.match(line) for line in text.splitlines()):
         items, note, repairs = _text_items(text, max_tasks)
         return PlanReading(_link(read_plan(items, tools, max_tasks)), note, 'text', repairs)
     res = parse_json(text)
     if not res.ok:
-        raise ValueError(f'The reply has no plan: no line like "#E1 = tool[arguments]" and no JSON plan ({res.error})')
+        raise ValueError('The reply has no plan: no line like "#E1 = tool[arguments]" and no JSON '
+                         f'plan ({res.error})')
     tasks = _link(read_plan(res.value, tools, max_tasks))
     return PlanReading(tasks, str(res.value.get('thought') or '')[:500], 'json', list(res.repairs))
 
 # %% ../../nbs/24_rewoo.ipynb #f5b1eaf4
-PLANNER_SYSTEM = """You plan how to answer the user's question with tools, before any tool has run. Write the whole \
-plan at once: for each step, what it finds out and one tool call, whose result is kept as evidence #E1, #E2, ... \
-A step may use the result of an earlier step by writing its variable (#E1) in its arguments; steps that do not use \
-each other's results run at the same time. You will not see the results: another model answers from them, so plan \
-every call the question needs.
+PLANNER_SYSTEM = """You plan how to answer the user's question with tools, before any tool has \
+run. Write the whole plan at once: for each step, what it finds out and one tool call, whose \
+result is kept as evidence #E1, #E2, ... A step may use the result of an earlier step by writing \
+its variable (#E1) in its arguments; steps that do not use each other's results run at the same \
+time. You will not see the results: another model answers from them, so plan every call the \
+question needs.
 Use only the tools listed below, with their exact names and parameters.{background}
 
 # Tools
@@ -180,8 +205,8 @@ def planner_prompt(question:str, # the user's question
                    form:str='text', # 'text' (`#E1 = tool[args]` lines) or 'json'
                    background:str='') -> list[dict]: # what the planner should know
     "The planner's messages: how to plan, the tools and the format; then the question."
-    system = PLANNER_SYSTEM.format(background=f"\n{background}" if background else '', tools=tools.render_prompt(),
-                                   format=PLAN_FORMATS[form])
+    system = PLANNER_SYSTEM.format(background=f"\n{background}" if background else '',
+                                   tools=tools.render_prompt(), format=PLAN_FORMATS[form])
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': question}]
 
 # %% ../../nbs/24_rewoo.ipynb #e0dac30d
@@ -189,12 +214,14 @@ def _call_text(t:PlanTask) -> str:
     "A task's call in the text form: `tool[arguments]`, plain-text arguments kept plain."
     if t.call is None: return '(no tool)'
     a = t.call.args
-    text = a['_0'] if list(a) == ['_0'] and isinstance(a['_0'], str) else json.dumps(a, ensure_ascii=False)
+    plain = list(a) == ['_0'] and isinstance(a['_0'], str)
+    text = a['_0'] if plain else json.dumps(a, ensure_ascii=False)
     return f"{t.call.tool}[{text}]"
 
 def plan_text(tasks:list[PlanTask]) -> str:
     "A plan in the text form, whatever form it was written in."
-    return '\n'.join(f"Plan: {t.goal or '(no reason given)'}\n{_var(t.id)} = {_call_text(t)}" for t in tasks)
+    return '\n'.join(f"Plan: {t.goal or '(no reason given)'}\n{_var(t.id)} = {_call_text(t)}"
+                     for t in tasks)
 
 def evidence(work:Step) -> dict[str, Observation]:
     "Each task's observation in the step that ran a plan, by task id."
@@ -207,10 +234,12 @@ def failed_evidence(tasks:list[PlanTask], work:Step) -> list[str]:
 
 # %% ../../nbs/24_rewoo.ipynb #768a8908
 def _evidence_line(t:PlanTask, o:Observation|None, cap:int|None) -> str:
-    "One step's evidence as a model reads it: the result (cut to `cap` characters, None: all), or what failed and why."
+    ("One step's evidence as a model reads it: the result (cut to `cap` characters, None: all), or "
+     "what failed and why.")
     if o is None: return f"Evidence {_var(t.id)} (not run): the plan stopped before it."
     if o.ok: return f"Evidence {_var(t.id)}: {truncate(o.content, cap)[0]}"
-    if o.content.startswith('Not run:'): return f"Evidence {_var(t.id)} (not run):{o.content[len('Not run:'):]}"
+    if o.content.startswith('Not run:'):
+        return f"Evidence {_var(t.id)} (not run):{o.content[len('Not run:'):]}"
     return f"Evidence {_var(t.id)} (failed): Error: {truncate(o.content, cap)[0]}"
 
 def evidence_text(tasks:list[PlanTask], # the plan that ran
@@ -220,10 +249,10 @@ def evidence_text(tasks:list[PlanTask], # the plan that ran
     ev = evidence(work)
     return '\n\n'.join(f"{plan_text([t])}\n{_evidence_line(t, ev.get(t.id), cap)}" for t in tasks)
 
-SOLVER_SYSTEM = """You answer the user's question from a plan that has been carried out: under each step is its \
-evidence, the result of its tool call. Use only the evidence; it can be long and hold things that do not matter. \
-Where evidence failed or was not run, do not guess what it would have said: answer from the rest and say what is \
-missing.
+SOLVER_SYSTEM = """You answer the user's question from a plan that has been carried out: under \
+each step is its evidence, the result of its tool call. Use only the evidence; it can be long and \
+hold things that do not matter. Where evidence failed or was not run, do not guess what it would \
+have said: answer from the rest and say what is missing.
 Reply with {format}."""
 
 # %% ../../nbs/24_rewoo.ipynb #24377f79
@@ -236,7 +265,8 @@ def read_evidence_text(text:str) -> list[Shown]:
     for m in _SHOWN.finditer(text):
         end = cut.start() if (cut := _SHOWN_END.search(text, m.end())) else len(text)
         body, ok = text[m.end():end], m[3] is None
-        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, body if ok else body.removeprefix('Error: '), m[3]))
+        shown = body if ok else body.removeprefix('Error: ')
+        out.append(Shown(m[1], f"{m[1]}({m[2]})", ok, shown, m[3]))
     return out
 
 # %% ../../nbs/24_rewoo.ipynb #97ba85d0
@@ -250,9 +280,11 @@ def solver_prompt(question:str, # the user's question
                   tasks:list[PlanTask], # the plan that ran
                   work:Step, # the step that ran it
                   cap:int=4000) -> list[dict]: # characters of each evidence at most
-    "The solver's messages: how to answer; then the question, the plan with its evidence, and what failed."
+    ("The solver's messages: how to answer; then the question, the plan with its evidence, and "
+     "what failed.")
     bad = _failures(tasks, work)
-    tail = f"\n\nFailed evidence: {bad}. Answer from the rest and say what is missing." if bad else ''
+    tail = ''
+    if bad: tail = f"\n\nFailed evidence: {bad}. Answer from the rest and say what is missing."
     user = f"Question: {question}\n\n{evidence_text(tasks, work, cap)}{tail}"
     system = SOLVER_SYSTEM.format(format=SOLVER_FORMAT)
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
@@ -263,8 +295,9 @@ REPLAN_REQUEST = """Your plan was carried out, but some of its evidence failed:
 {evidence}
 
 Failed evidence: {failed}.
-Write a new plan that gets what is missing another way (another tool, other arguments), in the same format. It \
-runs from the start on its own: include again every step whose result you still need."""
+Write a new plan that gets what is missing another way (another tool, other arguments), in the \
+same format. It runs from the start on its own: include again every step whose result you still \
+need."""
 
 def replanner_prompt(question:str, # the user's question
                      tools:ToolRegistry, # the tools the plan may call
@@ -273,9 +306,11 @@ def replanner_prompt(question:str, # the user's question
                      form:str='text', # the plan format asked for
                      background:str='', # what the planner should know
                      cap:int=500) -> list[dict]: # characters of each successful result shown
-    "The planner's prompt again, then the plan that ran, its evidence and failures, and a request for a new plan."
+    ("The planner's prompt again, then the plan that ran, its evidence and failures, and a request "
+     "for a new plan.")
     ev = evidence(work)
-    line = lambda t, o: _evidence_line(t, o, cap if o is not None and o.ok else None)  # failures in full
+    # failures in full
+    line = lambda t, o: _evidence_line(t, o, cap if o is not None and o.ok else None)
     text = '\n\n'.join(f"{plan_text([t])}\n{line(t, ev.get(t.id))}" for t in tasks)
     ask = REPLAN_REQUEST.format(evidence=text, failed=_failures(tasks, work))
     return planner_prompt(question, tools, form, background) + [{'role': 'user', 'content': ask}]
@@ -284,22 +319,26 @@ def replanner_prompt(question:str, # the user's question
 _ANSWER_KEYS = ('answer', 'final_answer', 'response', 'conclusion')
 
 def read_answer(text:str) -> str:
-    "The solver's answer: plain text, or the `answer` of a JSON object; a ValueError worded for the model."
+    ("The solver's answer: plain text, or the `answer` of a JSON object; a ValueError worded for "
+     "the model.")
     t = str(text or '').strip()
     if not t: raise ValueError('The reply is empty: write the answer.')
     if not t.startswith(('{', '```')): return t
     res = parse_json(t)
     if not res.ok:
-        if t[0] == '{': raise ValueError(f"The reply starts like a JSON object but cannot be read: {res.error}")
+        if t[0] == '{':
+            raise ValueError(f"The reply starts like a JSON object but cannot be read: {res.error}")
         return t
     low = {str(k).lower(): v for k, v in res.value.items()}
     a = next((low[k] for k in _ANSWER_KEYS if low.get(k) not in (None, '')), None)
-    if a is None: raise ValueError(f'The reply is a JSON object without an "answer"; reply with {SOLVER_FORMAT}.')
+    if a is None: raise ValueError('The reply is a JSON object without an "answer"; reply with '
+                                   f'{SOLVER_FORMAT}.')
     return a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)
 
 # %% ../../nbs/24_rewoo.ipynb #c4f2a122
 def _plan_reader(tools:ToolRegistry, max_tasks:int) -> Callable:
-    "A reader of planner steps: the `PlanReading`, with the step's parse level, repairs and thought set."
+    ("A reader of planner steps: the `PlanReading`, with the step's parse level, repairs and "
+     "thought set.")
     def read(step:Step) -> PlanReading:
         if len(step.raw) > MAX_PLAN_CHARS:
             refused = f"A plan of {len(step.raw):,} characters was refused."
@@ -313,8 +352,10 @@ def _plan_reader(tools:ToolRegistry, max_tasks:int) -> Callable:
 def _plan_fix(form:str) -> Callable:
     "The correction for a plan that cannot be used, quoting the format the planner was asked for."
     def fix(raw:str, problem:str) -> str:
-        if form == 'json': return correction_message(ParseResult(raw=raw, error=problem), PLANNER_JSON_FORMAT)
-        return (f"Your last plan could not be used. {problem}\n\nExpected format:\n{PLANNER_FORMAT}\n\n"
+        if form == 'json':
+            return correction_message(ParseResult(raw=raw, error=problem), PLANNER_JSON_FORMAT)
+        return (f"Your last plan could not be used. {problem}\n\n"
+                f"Expected format:\n{PLANNER_FORMAT}\n\n"
                 "Write the whole plan again in that format, and nothing else.")
     return fix
 
@@ -323,17 +364,20 @@ def _read_solution(step:Step) -> str:
     "A reader of solver steps: the answer, kept on the step (cut to `MAX_ANSWER_CHARS`)."
     a = read_answer(step.raw)
     if len(a) > MAX_ANSWER_CHARS:
-        step.safeguards.append(Safeguard(kind='size_cap', detail=f"The answer of {len(a):,} characters was cut."))
+        step.safeguards.append(Safeguard(kind='size_cap',
+                                         detail=f"The answer of {len(a):,} characters was cut."))
         a = truncate(a, MAX_ANSWER_CHARS)[0]
     step.answer = a
     return a
 
 def _answer_fix(raw:str, problem:str) -> str:
-    return f"Your last reply could not be used as the answer. {problem}\n\nReply with {SOLVER_FORMAT}."
+    return (f"Your last reply could not be used as the answer. {problem}\n\n"
+            f"Reply with {SOLVER_FORMAT}.")
 
 # %% ../../nbs/24_rewoo.ipynb #5bac1f4b
 class ReWOOAgent(PlanningAgent):
-    "ReWOO over `llm` and `tools`: one planner call writes the whole plan, the tools run it, one solver call answers."
+    ("ReWOO over `llm` and `tools`: one planner call writes the whole plan, the tools run it, one "
+     "solver call answers.")
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  plan_format:str='text', # the plan the planner is asked for: 'text' or 'json' (both are read)
@@ -355,16 +399,26 @@ class ReWOOAgent(PlanningAgent):
         self.llm, self.tools = llm, switched_tools(default_registry(tools), self.safeguards)
         self.ask_user = bool(ask_user)
         if ask_user: self.tools = with_ask_user(self.tools)
-        self.plan_format, self.replan_on_failure, self.name = plan_format, bool(replan_on_failure), name
-        self.max_tasks, self.max_parallel, self.max_corrections = max_tasks, max_parallel, max_corrections
-        self.max_evidence_chars, self.background, self.temperature = max_evidence_chars, background, temperature
+        self.plan_format = plan_format
+        self.replan_on_failure = bool(replan_on_failure)
+        self.name = name
+        self.max_tasks = max_tasks
+        self.max_parallel = max_parallel
+        self.max_corrections = max_corrections
+        self.max_evidence_chars = max_evidence_chars
+        self.background = background
+        self.temperature = temperature
         self.context = context
 
 # %% ../../nbs/24_rewoo.ipynb #1b38319e
 class _ReWOORun:
     "One run of a `ReWOOAgent`: its steps so far and the plan version."
     def __init__(self, agent:ReWOOAgent, question:str):
-        self.a, self.q, self.steps, self.version, self.t0 = agent, question, [], 0, time.perf_counter()
+        self.a = agent
+        self.q = question
+        self.steps = []
+        self.version = 0
+        self.t0 = time.perf_counter()
 
     @property
     def next(self) -> int: return self.steps[-1].index + 1 if self.steps else 1
@@ -372,21 +426,25 @@ class _ReWOORun:
 
 @patch
 def _plan(self:_ReWOORun, messages:list[dict]) -> Iterator:
-    "Ask the planner (with correction rounds); a usable plan becomes a `PlanMade`. Returns the `PlanReading` or None."
+    ("Ask the planner (with correction rounds); a usable plan becomes a `PlanMade`. Returns the "
+     "`PlanReading` or None.")
     a = self.a
     read, fix = _plan_reader(a.tools, a.max_tasks), _plan_fix(a.plan_format)
-    plan, steps = yield from ask_json(a.llm, messages, self.next, PLAN_FORMATS[a.plan_format], read=read, fix=fix,
-                                      json_mode=a.plan_format == 'json', temperature=a.temperature, **asking(a))
+    plan, steps = yield from ask_json(a.llm, messages, self.next, PLAN_FORMATS[a.plan_format],
+                                      read=read, fix=fix, json_mode=a.plan_format == 'json',
+                                      temperature=a.temperature, **asking(a))
     self.took(steps)
     if plan is not None:
         self.version += 1
-        yield PlanMade(index=steps[-1].index, version=self.version, tasks=plan.tasks, note=plan.note)
+        yield PlanMade(index=steps[-1].index, version=self.version, tasks=plan.tasks,
+                       note=plan.note)
     return plan
 
 # %% ../../nbs/24_rewoo.ipynb #c8f9d9e8
 @patch
 def _work(self:_ReWOORun, plan:PlanReading) -> Iterator:
-    "Run the plan's calls without the model, independent ones at once, as one step; returns that step."
+    ("Run the plan's calls without the model, independent ones at once, as one step; returns that "
+     "step.")
     step = yield from run_plan(plan.tasks, self.a.tools, self.next, self.a.max_parallel, t0=self.t0)
     yield StepEnd(step=step)
     self.took([step])
@@ -398,21 +456,24 @@ def _solve(self:_ReWOORun, plan:PlanReading, work:Step) -> Iterator:
     "Ask the solver for the answer from the plan and its evidence; returns (answer, stop reason)."
     a = self.a
     sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars)
-    answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution, fix=_answer_fix,
-                                        json_mode=False, temperature=a.temperature, **asking(a))
+    answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution,
+                                        fix=_answer_fix, json_mode=False, temperature=a.temperature,
+                                        **asking(a))
     self.took(steps)
     return unanswered(self.steps) if answer is None else (answer, 'answer')
 
 # %% ../../nbs/24_rewoo.ipynb #90cc1c98
 @patch
 def _go(self:_ReWOORun) -> Iterator:
-    "Plan; run it; if asked and evidence failed, plan once more and run that plan instead; solve. Returns (answer, why)."
+    ("Plan; run it; if asked and evidence failed, plan once more and run that plan instead; solve. "
+     "Returns (answer, why).")
     a = self.a
     plan = yield from self._plan(planner_prompt(self.q, a.tools, a.plan_format, a.background))
     if plan is None: return unanswered(self.steps)
     work = yield from self._work(plan)
     if a.replan_on_failure and failed_evidence(plan.tasks, work):
-        again = yield from self._plan(replanner_prompt(self.q, a.tools, plan.tasks, work, a.plan_format, a.background))
+        prompt = replanner_prompt(self.q, a.tools, plan.tasks, work, a.plan_format, a.background)
+        again = yield from self._plan(prompt)
         if again is not None: plan, work = again, (yield from self._work(again))
     return (yield from self._solve(plan, work))
 
@@ -420,6 +481,7 @@ def _go(self:_ReWOORun) -> Iterator:
 @patch
 def events(self:_ReWOORun) -> Iterator:
     "The run as events: its start, each step's events, its end. Nothing raises."
-    return run_events(self, {'architecture': 'rewoo', 'plan_format': self.a.plan_format}, self._go())
+    return run_events(self, {'architecture': 'rewoo', 'plan_format': self.a.plan_format},
+                      self._go())
 
 ReWOOAgent.runner = _ReWOORun

@@ -21,9 +21,10 @@ __all__ = ['CHAT_SYSTEM', 'CUES', 'PERIODS', 'AGENT_ROLES', 'ROUTER_FORMAT', 'Ch
            'Rules', 'routes', 'load_questions', 'score', 'confusion_table', 'router_prompt', 'RouterAgent', 'delegate']
 
 # %% ../../nbs/26_router.ipynb #80e10c05
-CHAT_SYSTEM = ("You are a helpful assistant for a team that analyses payment risk (fraud in game recharges). "
-               "Answer directly and briefly, in the user's language. You have no tools and no data here: "
-               "if a question needs figures from the data, say that it should be asked as a data question.")
+CHAT_SYSTEM = ("You are a helpful assistant for a team that analyses payment risk (fraud in game "
+               "recharges). Answer directly and briefly, in the user's language. You have no tools "
+               "and no data here: if a question needs figures from the data, say that it should be "
+               "asked as a data question.")
 
 class ChatAgent:
     "Answers directly in one model call, without tools: for greetings, thanks and definitions."
@@ -32,7 +33,10 @@ class ChatAgent:
                  system:str=CHAT_SYSTEM, # the system prompt
                  name:str='chat', # the agent's name in traces
                  max_chars:int=20_000): # a longer question is cut to this, with a `size_cap` safeguard
-        self.llm, self.system, self.name, self.max_chars = llm, system, name, max_chars
+        self.llm = llm
+        self.system = system
+        self.name = name
+        self.max_chars = max_chars
 
     def run(self, question:str) -> Run:
         "Run to the end and return the `Run`."
@@ -40,21 +44,27 @@ class ChatAgent:
 
 # %% ../../nbs/26_router.ipynb #149b5f1e
 def _chat_step(llm:ChatModel, sent:list[dict], index:int=1, stream:bool=False) -> Iterator:
-    "The one model call of a chat run as a step (the kernel's `model_call`, no tools offered); returns the step."
+    ("The one model call of a chat run as a step (the kernel's `model_call`, no tools offered); "
+     "returns the step.")
     step = Step(index=index, prompt=list(sent))
     if (yield from model_call(llm, sent, step, stream)) is None: return step
     think, text = split_reasoning(step.raw)
     step.answer, step.reasoning = text.strip(), step.reasoning or think
     step.messages.append({'role': 'assistant', 'content': step.raw})
-    if not step.answer: step.safeguards.append(Safeguard(kind='validation', detail="The model's reply was empty."))
+    if not step.answer:
+        step.safeguards.append(Safeguard(kind='validation', detail="The model's reply was empty."))
     return step
 
 # %% ../../nbs/26_router.ipynb #bbaff58c
 @patch
-def stream(self:ChatAgent, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
-    "The run as events: start, one step (a model call, no tools), end; nothing a model does raises out of it."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
-    return run_frame(self, question, {'architecture': 'chat'}, self._answer(question), 'in the chat agent', meta)
+def stream(self:ChatAgent, question:str,
+           meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
+    ("The run as events: start, one step (a model call, no tools), end; nothing a model does "
+     "raises out of it.")
+    if not isinstance(question, str):
+        raise TypeError(f"The question must be a str, not {type(question).__name__}.")
+    return run_frame(self, question, {'architecture': 'chat'}, self._answer(question),
+                     'in the chat agent', meta)
 
 @patch
 def _answer(self:ChatAgent, question:str) -> Iterator:
@@ -64,35 +74,48 @@ def _answer(self:ChatAgent, question:str) -> Iterator:
     sent = [{'role': 'system', 'content': self.system}, {'role': 'user', 'content': q}]
     step = yield from _chat_step(self.llm, sent, 1, self.stream_tokens)
     if len(q) < len(question):
-        step.safeguards.append(Safeguard(kind='size_cap', detail=f"The question was cut to {self.max_chars} chars."))
+        step.safeguards.append(Safeguard(kind='size_cap',
+                                         detail=f"The question was cut to {self.max_chars} chars."))
     if step.usage.llm_calls: yield ModelOutput(index=1, raw=step.raw, parse_level='strict')
     for g in step.safeguards: yield SafeguardFired(index=1, safeguard=g)
     step.usage.wall_time = time.perf_counter() - t0
     yield StepEnd(step=step)
     answered = bool(step.usage.llm_calls)
-    answer = step.answer if answered else 'No answer: the model call failed (see the llm_error safeguard).'
+    failed = 'No answer: the model call failed (see the llm_error safeguard).'
+    answer = step.answer if answered else failed
     return answer, 'answer' if answered else 'llm_error'
 
 # %% ../../nbs/26_router.ipynb #2f1ba950
-CUES = {  # cue -> (English regex of words and phrases, matched whole; Chinese regex, matched anywhere)
-    'greeting': (r"hi|hello|hey|thanks|thank you|good (?:morning|afternoon|evening)|how are you|who are you|"
-                 r"what can you do|bye", r"你好|您好|谢谢|多谢|辛苦|早上好|晚上好|你是谁|再见|你能|你会|你可以"),
-    'define': (r"what is an?|what's an?|what does .{1,40}? (?:mean|measure|stand for)|define|definition|meaning of|"
-               r"explain|difference between|how is .{1,40}? (?:calculated|computed|defined)",
-               r"什么是|是什么|什么意思|指什么|解释|含义|定义|区别|概念|怎么算|如何计算"),
-    'why': (r"why|what caused|causes?|caused|root cause|reasons? for|what's behind|what is behind|investigat\w*|"
-            r"dig into|look into|figure out|work out|driving|diagnos\w*|verify|confirm|whether|looks? off|suspicious",
-            r"为什么|为何|原因|根因|导致|怎么回事|调查|排查|核实|验证|确认|判断|是否存在|是不是"),
+# cue -> (English regex of words and phrases, matched whole; Chinese regex, matched anywhere)
+CUES = {
+    'greeting': (r"hi|hello|hey|thanks|thank you|good (?:morning|afternoon|evening)|how are you|"
+                 r"who are you|what can you do|bye",
+                 r"你好|您好|谢谢|多谢|辛苦|早上好|晚上好|你是谁|再见|你能|"
+                 r"你会|你可以"),
+    'define': (r"what is an?|what's an?|what does .{1,40}? (?:mean|measure|stand for)|define|"
+               r"definition|meaning of|explain|difference between|"
+               r"how is .{1,40}? (?:calculated|computed|defined)",
+               r"什么是|是什么|什么意思|指什么|解释|含义|定义|区别|概念|"
+               r"怎么算|如何计算"),
+    'why': (r"why|what caused|causes?|caused|root cause|reasons? for|what's behind|what is behind|"
+            r"investigat\w*|dig into|look into|figure out|work out|driving|diagnos\w*|verify|"
+            r"confirm|whether|looks? off|suspicious",
+            r"为什么|为何|原因|根因|导致|怎么回事|调查|排查|核实|验证|"
+            r"确认|判断|是否存在|是不是"),
     'report': (r"reports?|summar\w*|brief|briefing|digest|overview|recap|write-up|one-pager",
                r"报告|日报|周报|月报|简报|汇总|总结|概览|都跑一遍"),
     'then': (r"then|after that|afterwards|finally", r"然后|再|之后|接着|最后"),
-    'back': (r"its|it|that one|those|them|they|this one", r"该|它|其|这个|那个|那台|这些|那些"),
-    'compare': (r"compare\w*|comparison|versus|vs\.?|against|higher than|lower than|more than|less than|each|both|"
-                r"respectively|side by side|difference in", r"对比|比较|相比|比起|分别|各自|各是|差异|哪个更"),
-    'count': (r"(?:two|three|four|five|six|\d+) (?:games|channels|wallets)", r"[两二三四五六七八九十几]\s*个\s*(?:游戏|渠道|钱包)"),
-    'data': (r"how many|how much|which|show|list|count|total|top|rate|amount|number of|trend|recharg\w*|refund\w*|"
-             r"transactions?|payments?|payers?|users?|devices?|revenue|volume",
-             r"多少|哪个|哪些|查|统计|总额|金额|笔数|充值|退款|交易|支付|订单|用户|设备|趋势|占比|比例|失败率|退款率"),
+    'back': (r"its|it|that one|those|them|they|this one",
+             r"该|它|其|这个|那个|那台|这些|那些"),
+    'compare': (r"compare\w*|comparison|versus|vs\.?|against|higher than|lower than|more than|"
+                r"less than|each|both|respectively|side by side|difference in",
+                r"对比|比较|相比|比起|分别|各自|各是|差异|哪个更"),
+    'count': (r"(?:two|three|four|five|six|\d+) (?:games|channels|wallets)",
+              r"[两二三四五六七八九十几]\s*个\s*(?:游戏|渠道|钱包)"),
+    'data': (r"how many|how much|which|show|list|count|total|top|rate|amount|number of|trend|"
+             r"recharg\w*|refund\w*|transactions?|payments?|payers?|users?|devices?|revenue|volume",
+             r"多少|哪个|哪些|查|统计|总额|金额|笔数|充值|退款|交易|支付|"
+             r"订单|用户|设备|趋势|占比|比例|失败率|退款率"),
 }
 
 # %% ../../nbs/26_router.ipynb #779beb18
@@ -101,29 +124,35 @@ PERIODS = (r"yesterday|today|tonight|overnight|(?:this|last|next) (?:week|month|
            r"(?:the )?(?:week|month) before|previous (?:week|month)|"
            r"(?:last|past|previous) (?:\d+|two|three|four|seven|ten|thirty) (?:days|weeks|months)|"
            rf"\d{{4}}-\d{{2}}(?:-\d{{2}})?|(?-i:{_MONTHS})(?: \d{{1,2}})?(?: \d{{4}})?",
-           r"昨天|今天|今日|本周|这周|上上周|上周|前一周|本月|这个月|上个月|上月|最近一周|最近|过去\s*\d+\s*天|"
-           r"近\s*\d+\s*天|\d{1,2}\s*月份?|\d{1,2}\s*[日号]")
+           r"昨天|今天|今日|本周|这周|上上周|上周|前一周|本月|这个月|"
+           r"上个月|上月|最近一周|最近|过去\s*\d+\s*天|近\s*\d+\s*天|"
+           r"\d{1,2}\s*月份?|\d{1,2}\s*[日号]")
 
 def _cue(en:str, zh:str='') -> re.Pattern:
-    "One pattern for a cue: the English alternatives as whole words (any case), the Chinese ones anywhere."
+    ("One pattern for a cue: the English alternatives as whole words (any case), the Chinese ones "
+     "anywhere.")
     parts = [rf"(?<![A-Za-z0-9])(?:{en})(?![A-Za-z0-9])" if en else '', f"(?:{zh})" if zh else '']
     return re.compile('|'.join(p for p in parts if p), re.I)
 
 # %% ../../nbs/26_router.ipynb #b49943b5
 _ID = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{1,3}-?\d{2,}(?![A-Za-z0-9])")
 _NAME = re.compile(r"(?<![A-Za-z0-9'])[A-Z][A-Za-z0-9'-]*(?: [A-Z][A-Za-z0-9'-]*)*")
-_NOT_NAMES = set(_MONTHS.split('|')) | {'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday'}
+_NOT_NAMES = set(_MONTHS.split('|')) | {'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday',
+                                        'Saturday', 'Sunday'}
 _SENTENCE_END = set('.?!:;。')
 
 def _is_name(m:re.Match, text:str) -> bool:
-    "Whether a run of capitalised words is a name: a word in it, not first in its sentence, not an acronym or month."
+    ("Whether a run of capitalised words is a name: a word in it, not first in its sentence, not "
+     "an acronym or month.")
     words, before = m[0].split(' '), text[max(0, m.start() - 3):m.start()].rstrip()
-    if not before or before[-1] in _SENTENCE_END: words = words[1:]  # a sentence's first word is no evidence
+    # a sentence's first word is no evidence
+    if not before or before[-1] in _SENTENCE_END: words = words[1:]
     return any(w not in _NOT_NAMES and not (w.isupper() and len(w) <= 3) for w in words)
 
 def entities(text:str) -> list[str]:
     "The distinct ids and names a (normalised) question mentions, in order."
-    found = [m[0].lower() for m in _ID.finditer(text)] + [m[0] for m in _NAME.finditer(text) if _is_name(m, text)]
+    found = [m[0].lower() for m in _ID.finditer(text)] + [m[0] for m in _NAME.finditer(text)
+                                                          if _is_name(m, text)]
     return list(dict.fromkeys(found))
 
 # %% ../../nbs/26_router.ipynb #80013c1d
@@ -144,20 +173,24 @@ def list_items(text:str) -> int:
 # %% ../../nbs/26_router.ipynb #2144d821
 @dataclass
 class Verdict:
-    "What the rules decided: the agent (None: no rule fired), why, whether they are sure, and the cues found."
+    ("What the rules decided: the agent (None: no rule fired), why, whether they are sure, and the "
+     "cues found.")
     agent: str|None
     reason: str
     sure: bool = True
     cues: dict = field(default_factory=dict)
 
 def _normal(question:str, max_chars:int) -> str:
-    "The question as the rules read it: its start only, full-width forms made plain, curly quotes straight."
-    text = unicodedata.normalize('NFKC', question[:max_chars]).replace('\u2019', "'").replace('\u2018', "'")
+    ("The question as the rules read it: its start only, full-width forms made plain, curly quotes "
+     "straight.")
+    text = unicodedata.normalize('NFKC', question[:max_chars])
+    text = text.replace('\u2019', "'").replace('\u2018', "'")
     return ' '.join(text.split())
 
 class Rules:
     "Keyword rules that pick an agent for a question and say why: `Rules()(question)` -> `Verdict`."
-    def __init__(self, cues:dict|None=None, # replace or add cues: name -> (English regex, Chinese regex)
+    def __init__(self,
+                 cues:dict|None=None, # replace or add cues: name -> (English regex, Chinese regex)
                  periods:tuple=PERIODS, # the period patterns (English, Chinese)
                  max_chars:int=2000): # the rules read only this much of a question
         self.patterns = {k: _cue(*v) for k, v in {**CUES, **(cues or {})}.items()}
@@ -166,9 +199,11 @@ class Rules:
 # %% ../../nbs/26_router.ipynb #4a257a06
 @patch
 def find(self:Rules, question:str) -> dict:
-    "The cues a question holds (cue -> the distinct words found), its periods and entities, and its list length."
+    ("The cues a question holds (cue -> the distinct words found), its periods and entities, and "
+     "its list length.")
     text = _normal(question, self.max_chars)
-    found = {k: list(dict.fromkeys(m[0].lower() for m in p.finditer(text))) for k, p in self.patterns.items()}
+    found = {k: list(dict.fromkeys(m[0].lower() for m in p.finditer(text)))
+             for k, p in self.patterns.items()}
     found['periods'] = list(dict.fromkeys(m[0].lower() for m in self.periods.finditer(text)))
     found['entities'] = entities(text)
     found['items'] = list_items(question[:self.max_chars])  # before normalising: `，` is not `,`
@@ -179,18 +214,24 @@ def _said(words:list) -> str: return ', '.join(repr(w) for w in words[:4])
 
 def _several(f:dict) -> str|None:
     "Why a question asks for several independent facts, or None."
-    if f['compare'] or f['count']: return f"it compares or asks for each ({_said(f['compare'] + f['count'])})"
-    if len(f['entities']) >= 2: return f"it names {len(f['entities'])} entities ({_said(f['entities'])})"
-    if len(f['periods']) >= 2: return f"it names {len(f['periods'])} periods ({_said(f['periods'])})"
+    if f['compare'] or f['count']:
+        return f"it compares or asks for each ({_said(f['compare'] + f['count'])})"
+    if len(f['entities']) >= 2:
+        return f"it names {len(f['entities'])} entities ({_said(f['entities'])})"
+    if len(f['periods']) >= 2:
+        return f"it names {len(f['periods'])} periods ({_said(f['periods'])})"
     if f['items'] >= 3: return f"it lists {f['items']} things to find"
     return None
 
 def routes(f:dict) -> dict[str, str]:
-    "The routes whose rules fire on the cues `f` (from `Rules.find`), in priority order, each with its reason."
+    ("The routes whose rules fire on the cues `f` (from `Rules.find`), in priority order, each "
+     "with its reason.")
     out = {}
-    if f['why']: out['plan-execute'] = f"it asks for a cause or an investigation ({_said(f['why'])})"
+    if f['why']:
+        out['plan-execute'] = f"it asks for a cause or an investigation ({_said(f['why'])})"
     if f['report']: out['rewoo'] = f"it asks for a report or summary ({_said(f['report'])})"
-    elif f['then'] and f['back']: out['rewoo'] = f"it chains lookups ({_said(f['then'] + f['back'])})"
+    elif f['then'] and f['back']:
+        out['rewoo'] = f"it chains lookups ({_said(f['then'] + f['back'])})"
     if why := _several(f): out['dag'] = why
     chat = f['greeting'] + f['define']
     if chat and not out and not f['periods'] and not f['entities']:
@@ -200,34 +241,42 @@ def routes(f:dict) -> dict[str, str]:
 # %% ../../nbs/26_router.ipynb #61f659b0
 @patch
 def __call__(self:Rules, question:str) -> Verdict:
-    "The verdict on `question`: the first rule that fires; unsure when none or several of them fire."
+    ("The verdict on `question`: the first rule that fires; unsure when none or several of them "
+     "fire.")
     f = self.find(question)
     fired = routes(f)
     if not fired and (f['data'] or f['periods'] or f['entities']):
-        return Verdict('react', f"react: one lookup ({_said(f['data'] + f['periods'] + f['entities'])})", True, f)
+        return Verdict('react',
+                       f"react: one lookup ({_said(f['data'] + f['periods'] + f['entities'])})",
+                       True, f)
     if not fired: return Verdict(None, 'no rule fired', False, f)
     (agent, why), *others = fired.items()
     also = '; '.join(f"{a}: {w}" for a, w in others)
-    return Verdict(agent, f"{agent}: {why}" + (f" (unsure, also {also})" if also else ''), not others, f)
+    return Verdict(agent, f"{agent}: {why}" + (f" (unsure, also {also})" if also else ''),
+                   not others, f)
 
 # %% ../../nbs/26_router.ipynb #0b9fcd8f
 def load_questions(path) -> list[dict]:
-    "The labelled questions of a JSON-lines file: `question`, `label`, `language` (and `split`) per line."
+    ("The labelled questions of a JSON-lines file: `question`, `label`, `language` (and `split`) "
+     "per line.")
     return [json.loads(l) for l in Path(path).read_text(encoding='utf-8').splitlines() if l.strip()]
 
 def score(items:list[dict], # labelled questions (`question`, `label`)
           pick:Callable[[str], str]) -> dict: # question -> agent id
-    "Accuracy of `pick` on `items`: overall, per label, and the confusion counts (label -> predicted -> n)."
+    ("Accuracy of `pick` on `items`: overall, per label, and the confusion counts (label -> "
+     "predicted -> n).")
     table = {}
     for it in items: table.setdefault(it['label'], Counter())[pick(it['question'])] += 1
     per = {l: (c[l], sum(c.values())) for l, c in table.items()}
     ok, n = sum(a for a, _ in per.values()), sum(b for _, b in per.values())
-    return {'accuracy': ok / n if n else 0.0, 'correct': ok, 'n': n, 'per_label': per, 'confusion': table}
+    return {'accuracy': ok / n if n else 0.0, 'correct': ok, 'n': n, 'per_label': per,
+            'confusion': table}
 
 # %% ../../nbs/26_router.ipynb #5097e391
 def confusion_table(s:dict, # a `score`
                     labels:list|None=None) -> str:
-    "A score as a text table: a row per true label, a column per predicted agent, then recall per label."
+    ("A score as a text table: a row per true label, a column per predicted agent, then recall per "
+     "label.")
     labels = labels or list(s['confusion'])
     cols = labels + sorted({p for c in s['confusion'].values() for p in c} - set(labels), key=str)
     w = max(len(str(c)) for c in cols + ['label']) + 1
@@ -239,11 +288,15 @@ def confusion_table(s:dict, # a `score`
 
 # %% ../../nbs/26_router.ipynb #7b3234b6
 AGENT_ROLES = {  # agent id -> what it is for, as the routing model is told
-    'chat': 'answers directly, without tools: greetings, thanks, definitions, questions that need no data',
+    'chat': 'answers directly, without tools: greetings, thanks, definitions, questions that need '
+            'no data',
     'react': 'one lookup or one metric: a short think-act-observe loop with tools',
-    'plan-execute': 'a multi-stage investigation (why did X happen, find the cause, then check it): plans and revises',
-    'rewoo': 'a fixed set of tool calls planned up front (later ones may use earlier results), then a summary',
-    'dag': 'several independent facts or comparisons across games, channels or periods: calls run in parallel'}
+    'plan-execute': 'a multi-stage investigation (why did X happen, find the cause, then check '
+                    'it): plans and revises',
+    'rewoo': 'a fixed set of tool calls planned up front (later ones may use earlier results), '
+             'then a summary',
+    'dag': 'several independent facts or comparisons across games, channels or periods: calls run '
+           'in parallel'}
 ROUTER_FORMAT = '{"agent": "<one of the agent ids>", "reason": "<why, in one sentence>"}'
 
 def router_prompt(question:str, # the user's question
@@ -252,8 +305,8 @@ def router_prompt(question:str, # the user's question
                   max_chars:int=4000) -> list[dict]: # the question is cut to this
     "The messages that ask a model to pick an agent: the agents, the rules' hint, the question."
     agents = '\n'.join(f"- {k}: {v}" for k, v in roles.items())
-    system = (f"You route a user's question to the agent that should answer it. The agents:\n{agents}\n\n"
-              f"Reply with JSON only, one object: {ROUTER_FORMAT}")
+    system = ("You route a user's question to the agent that should answer it. The "
+              f"agents:\n{agents}\n\nReply with JSON only, one object: {ROUTER_FORMAT}")
     hint = f"\n\n(Keyword rules: {verdict.reason}.)" if verdict else ''
     user = f"Question: {question[:max_chars]}{hint}"
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
@@ -262,7 +315,8 @@ def router_prompt(question:str, # the user's question
 def _key(agent_id) -> str: return re.sub(r'[^a-z0-9]', '', str(agent_id).lower())[:100]
 
 class RouterAgent:
-    "Picks the agent for each question (rules, or a model), says why in a `Routed` event, and runs it as one run."
+    ("Picks the agent for each question (rules, or a model), says why in a `Routed` event, and "
+     "runs it as one run.")
     def __init__(self, agents:dict, # agent id -> an agent (anything with `.stream(question)`)
                  rules:Callable|None=None, # question -> `Verdict`; default `Rules()`
                  llm:ChatModel|None=None, # a model to ask which agent (None: the rules decide alone)
@@ -273,10 +327,16 @@ class RouterAgent:
                  safeguards:dict|None=None, # safeguards of its own routing call to switch off: `SAFEGUARDS`
                  name:str='router'): # the router's name in traces
         _check_router(agents, default, ask_model)
-        self.agents, self.rules, self.llm, self.default = dict(agents), rules or Rules(), llm, default
-        self.ask_model, self.max_corrections, self.name = ask_model, max_corrections, name
+        self.agents = dict(agents)
+        self.rules = rules or Rules()
+        self.llm = llm
+        self.default = default
+        self.ask_model = ask_model
+        self.max_corrections = max_corrections
+        self.name = name
         self.safeguards, self.stream_tokens = check_safeguards(safeguards), False
-        self.roles = {k: (roles or {}).get(k) or AGENT_ROLES.get(k) or getattr(a, 'description', '') or k
+        told = roles or {}
+        self.roles = {k: told.get(k) or AGENT_ROLES.get(k) or getattr(a, 'description', '') or k
                       for k, a in self.agents.items()}
         self._ids = {_key(k): k for k in self.agents}
 
@@ -285,29 +345,37 @@ def _check_router(agents, default:str, ask_model:str):
     "Refuse a router that cannot work, saying what to change."
     where = 'RouterAgent(...)'
     if not isinstance(agents, dict) or not agents:
-        raise UserError('no agents', where, "give agents={'react': ReActAgent(...), ...}: ids to agents")
+        raise UserError('no agents', where,
+                        "give agents={'react': ReActAgent(...), ...}: ids to agents")
     if bad := [k for k, a in agents.items() if not callable(getattr(a, 'stream', None))]:
-        raise UserError(f"agents {bad} have no stream(question) method", where, 'register agents, e.g. a ReActAgent')
+        raise UserError(f"agents {bad} have no stream(question) method", where,
+                        'register agents, e.g. a ReActAgent')
     if default not in agents:
-        raise UserError(f"the default {default!r} is not a registered agent", where, f"pick one of {list(agents)}")
+        raise UserError(f"the default {default!r} is not a registered agent", where,
+                        f"pick one of {list(agents)}")
     if ask_model not in ('unsure', 'always'):
-        raise UserError(f"ask_model={ask_model!r}", where, "use 'unsure' (when the rules are) or 'always'")
+        raise UserError(f"ask_model={ask_model!r}", where,
+                        "use 'unsure' (when the rules are) or 'always'")
 
 # %% ../../nbs/26_router.ipynb #192e78ce
 @patch
 def _verdict(self:RouterAgent, question:str) -> Verdict:
     "The rules' verdict; rules that fail (they can be user code) give an unsure verdict saying so."
     try: v = self.rules(question)
-    except Exception as e: return Verdict(None, f"the rules failed ({type(e).__name__}: {str(e)[:200]})", False)
-    return v if isinstance(v, Verdict) else Verdict(None, f"the rules returned a {type(v).__name__}", False)
+    except Exception as e:
+        return Verdict(None, f"the rules failed ({type(e).__name__}: {str(e)[:200]})", False)
+    if isinstance(v, Verdict): return v
+    return Verdict(None, f"the rules returned a {type(v).__name__}", False)
 
 @patch
 def _by_rules(self:RouterAgent, v:Verdict, index:int=0, note:str='') -> Routed:
-    "The route the rules' verdict gives, falling back to the default when it names no registered agent."
+    ("The route the rules' verdict gives, falling back to the default when it names no registered "
+     "agent.")
     agent, why = v.agent, v.reason
     if agent is None: agent, why = self.default, f"{why}, so the default {self.default!r}"
     elif agent not in self.agents:
-        why, agent = f"{why}; {agent!r} is not registered here, so the default {self.default!r}", self.default
+        why = f"{why}; {agent!r} is not registered here, so the default {self.default!r}"
+        agent = self.default
     return Routed(agent=agent, reason=f"rules: {why}{note}", by='rules', index=index)
 
 # %% ../../nbs/26_router.ipynb #1ce22087
@@ -321,29 +389,34 @@ def _check_route(value) -> str|None:
 @patch
 def _by_model(self:RouterAgent, value:dict, v:Verdict, index:int) -> Routed:
     "The route the model's reply gives; an unknown agent id falls back to the default, saying so."
-    said, why = str(value['agent'])[:100], ' '.join(str(value.get('reason') or 'no reason given').split())[:300]
+    said = str(value['agent'])[:100]
+    why = ' '.join(str(value.get('reason') or 'no reason given').split())[:300]
     agent = self._ids.get(_key(said))
     if agent is None:
-        return Routed(agent=self.default, by='model', index=index, reason=f"model: chose {said!r}, which is not "
-                      f"a registered agent ({', '.join(self.agents)}), so the default {self.default!r}")
+        return Routed(agent=self.default, by='model', index=index,
+                      reason=f"model: chose {said!r}, which is not a registered agent "
+                             f"({', '.join(self.agents)}), so the default {self.default!r}")
     rules = '' if v.sure else f" (rules unsure: {v.reason})"
     return Routed(agent=agent, reason=f"model: {why}{rules}", by='model', index=index)
 
 # %% ../../nbs/26_router.ipynb #2c6ff7e2
 @patch
 def _route(self:RouterAgent, question:str) -> Iterator:
-    "Decide the agent: the rules, then the model when configured; yields its steps' events, returns (Routed, steps)."
+    ("Decide the agent: the rules, then the model when configured; yields its steps' events, "
+     "returns (Routed, steps).")
     v = self._verdict(question)
     if self.llm is None or (v.sure and self.ask_model == 'unsure'): return self._by_rules(v), []
-    value, steps = yield from ask_json(self.llm, router_prompt(question, self.roles, v), 1, ROUTER_FORMAT,
-                                       check=_check_route, **asking(self))
+    value, steps = yield from ask_json(self.llm, router_prompt(question, self.roles, v), 1,
+                                       ROUTER_FORMAT, check=_check_route, **asking(self))
     last = steps[-1].index if steps else 0
-    if value is None: return self._by_rules(v, last, " (the model's reply could not be used)"), steps
+    if value is None:
+        return self._by_rules(v, last, " (the model's reply could not be used)"), steps
     return self._by_model(value, v, last), steps
 
 @patch
 def route(self:RouterAgent, question:str) -> Routed:
-    "Only the routing decision for `question` (asking the model if configured), without running the agent."
+    ("Only the routing decision for `question` (asking the model if configured), without running "
+     "the agent.")
     gen, out = self._route(question), None
     while out is None:
         try: next(gen)
@@ -354,15 +427,18 @@ def route(self:RouterAgent, question:str) -> Routed:
 def _shifted(e, by:int):
     "An event with its step index moved `by` places (the same event when `by` is 0)."
     if not by: return e
-    if isinstance(e, StepEnd): return StepEnd(step=e.step.model_copy(update={'index': e.step.index + by}))
+    if isinstance(e, StepEnd):
+        return StepEnd(step=e.step.model_copy(update={'index': e.step.index + by}))
     return e.model_copy(update={'index': e.index + by}) if hasattr(e, 'index') else e
 
 def _index(e) -> int:
     return e.step.index if isinstance(e, StepEnd) else getattr(e, 'index', 0)
 
 def _crash_end(steps:list[Step], index:int, why:str) -> Iterator:
-    "The events that end a run whose agent failed: a step with an `internal_error` safeguard, then the end."
-    step = Step(index=index, parse_level='failed', safeguards=[Safeguard(kind='internal_error', detail=why[:500])])
+    ("The events that end a run whose agent failed: a step with an `internal_error` safeguard, "
+     "then the end.")
+    step = Step(index=index, parse_level='failed',
+                safeguards=[Safeguard(kind='internal_error', detail=why[:500])])
     yield SafeguardFired(index=index, safeguard=step.safeguards[0])
     yield StepEnd(step=step)
     return RunEnd(answer=known_summary(steps), stop_reason='error')
@@ -371,8 +447,13 @@ def _crash_end(steps:list[Step], index:int, why:str) -> Iterator:
 def delegate(agent, # anything with `.stream(question)`
              question:str, # the question it answers
              offset:int=0) -> Iterator: # step indices already used by the caller
-    "The agent's events, its `RunStart` folded away and step indices moved by `offset`; returns (start, end)."
-    start, end, steps, last, open_ = None, None, [], offset, None
+    ("The agent's events, its `RunStart` folded away and step indices moved by `offset`; returns "
+     "(start, end).")
+    start = None
+    end = None
+    steps = []
+    last = offset
+    open_ = None
     try:
         for e in agent.stream(question):
             e = event_from_json(e) if isinstance(e, dict) else e
@@ -383,25 +464,32 @@ def delegate(agent, # anything with `.stream(question)`
             if isinstance(e, StepStart): open_ = e.index
             if isinstance(e, StepEnd): steps.append(e.step); open_ = None
             yield e
-    except Exception as err: why = f"The agent {type(agent).__name__} failed: {type(err).__name__}: {err}"
+    except Exception as err:
+        why = f"The agent {type(agent).__name__} failed: {type(err).__name__}: {err}"
     else: why = f"The agent {type(agent).__name__} stopped without a run_end event."
-    if end is None: end = yield from _crash_end(steps, open_ or last + 1, why)  # closes a step left open
+    # closes a step left open
+    if end is None: end = yield from _crash_end(steps, open_ or last + 1, why)
     return start, end
 
 # %% ../../nbs/26_router.ipynb #e83b7058
 @patch
-def stream(self:RouterAgent, question:str, meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
-    "The run: the router's start, its routing (and any model steps), `Routed`, the agent's events, one end."
-    if not isinstance(question, str): raise TypeError(f"The question must be a str, not {type(question).__name__}.")
+def stream(self:RouterAgent, question:str,
+           meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`
+    ("The run: the router's start, its routing (and any model steps), `Routed`, the agent's "
+     "events, one end.")
+    if not isinstance(question, str):
+        raise TypeError(f"The question must be a str, not {type(question).__name__}.")
     mine = {'architecture': 'router', 'agents': list(self.agents)}
     return run_frame(self, question, mine, self._go(question), 'in the router', meta)
 
 @patch
 def _go(self:RouterAgent, question:str) -> Iterator:
-    "Route, then hand the question on; returns (answer, stop reason, what the end records of the sub-run)."
+    ("Route, then hand the question on; returns (answer, stop reason, what the end records of the "
+     "sub-run).")
     try: route, steps = yield from self._route(question)
     except Exception as e:  # a bug in routing: the default agent answers, and the reason says why
-        route, steps = Routed(agent=self.default, reason=f"routing failed ({type(e).__name__}: {str(e)[:200]})"), []
+        why = f"routing failed ({type(e).__name__}: {str(e)[:200]})"
+        route, steps = Routed(agent=self.default, reason=why), []
     yield route
     offset = max([s.index for s in steps], default=0)
     start, end = yield from delegate(self.agents[route.agent], question, offset)
