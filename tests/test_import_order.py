@@ -73,11 +73,3 @@ def test_evaluating_a_model_does_not_load_the_simulator():
         assert type(get_model('sim-analyst')).__name__ == 'SimAnalyst'
         assert 'reach_nb.risk.analyst' in sys.modules''')
     assert r.returncode == 0, r.stderr[-3000:]
-
-
-def test_the_simulator_still_forwards_the_risk_agents():
-    r = run_fresh('''
-        from reach_nb.risk.analyst import AGENTS, data_note, example_pipeline, make_agent, risk_agent, risk_tools, run_risk_demo
-        import reach_nb.agents.registry as agents, reach_nb.risk.agents as risk_agents
-        assert risk_agent is risk_agents.risk_agent and make_agent is agents.make_agent and AGENTS == agents.AGENTS''')
-    assert r.returncode == 0, r.stderr[-3000:]

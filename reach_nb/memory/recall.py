@@ -619,7 +619,7 @@ def load_pairs(path:str|Path|None=None) -> tuple[list[dict], list[dict]]:
 
 class KeywordIndex:
     ("BM25 over `tokens` (words and CJK bigrams): the keyword baseline here, and the knowledge "
-     "base's search (`risk_tools`).")
+     "base's search (`risk.knowledge`).")
     def __init__(self, texts:list[str], k1:float=1.5, b:float=0.75):
         self.docs = [Counter(tokens(t)) for t in texts]
         self.k1 = k1
