@@ -40,7 +40,8 @@ __all__ = ['TRUTH_FUNCTIONS', 'MAX_TRUTH_ROWS', 'TRUTH_TIMEOUT', 'JUDGE_PROMPT',
 
 # %% ../nbs/70_eval.ipynb #675b35a2
 class Task(BaseModel):
-    "One evaluation task: a question, its level, the truth to compute from the data and how to grade an answer."
+    ("One evaluation task: a question, its level, the truth to compute from the data and how to "
+     "grade an answer.")
     id: str
     level: Literal[1, 2, 3]  # 1: one tool; 2: several tools in sequence; 3: branches on intermediate results
     lang: Literal['en', 'zh']
@@ -56,11 +57,13 @@ class Task(BaseModel):
     def hash(self) -> str:
         "A short hash of what the task asks and how it is graded: a task that changes is run again."
         spec = self.model_dump(include={'level', 'question', 'steps', 'truth', 'grader'})
-        return hashlib.sha1(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
+        return hashlib.sha1(json.dumps(spec, sort_keys=True,
+                                       ensure_ascii=False).encode()).hexdigest()[:12]
 
 # %% ../nbs/70_eval.ipynb #fd31baa1
 def eval_dir() -> Path:
-    "The folder of the evaluation data (tasks, schema), shipped with the package (`data/eval` in the checkout)."
+    ("The folder of the evaluation data (tasks, schema), shipped with the package (`data/eval` in "
+     "the checkout).")
     return shipped('eval')
 
 def task_schema() -> dict:
@@ -89,7 +92,8 @@ TRUTH_FUNCTIONS: dict[str, Callable] = {  # 'module:function' -> function: the o
     'reach_nb.eval:incident_rows': lambda db, **args: incident_rows(db, **args)}  # incident_rows comes below
 
 def truth_function(name:str): # how task files name it, 'module:function'
-    "Register `f(db, **args)` as a truth function that task files may name in `truth: {python: ...}`."
+    ("Register `f(db, **args)` as a truth function that task files may name in `truth: "
+     "{python: ...}`.")
     def register(f): TRUTH_FUNCTIONS[name] = f; return f
     return register
 
@@ -101,12 +105,14 @@ def check_task(raw, # one task as read from a file
     if err is not None: raise UserError(f"task {tid!r}: {_problem(err)}", where, _TODO)
     if (fn := raw['truth'].get('python')) is not None and fn not in TRUTH_FUNCTIONS:
         raise UserError(f"task {tid!r}: truth.python {fn!r} is not a truth function", where,
-                        f"use one of {', '.join(sorted(TRUTH_FUNCTIONS))}, or register yours with @truth_function")
+                        f"use one of {', '.join(sorted(TRUTH_FUNCTIONS))}, or register yours with "
+                        "@truth_function")
     for key in ('pattern', 'subject'):
         if (p := raw['grader'].get(key)) is None: continue
         try: re.compile(p)
-        except re.error as e: raise UserError(f"task {tid!r}: grader.{key} {p!r} is not a regular expression ({e})",
-                                              where, 'write a Python regular expression') from None
+        except re.error as e:
+            raise UserError(f"task {tid!r}: grader.{key} {p!r} is not a regular expression ({e})",
+                            where, 'write a Python regular expression') from None
     return Task(**raw, source=where)
 
 # %% ../nbs/70_eval.ipynb #2a894265
@@ -117,7 +123,8 @@ def _yaml_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
     except yaml.YAMLError as e:
         line = getattr(getattr(e, 'problem_mark', None), 'line', None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
-        raise UserError(f"not valid YAML ({getattr(e, 'problem', None) or e})", where, 'fix the YAML syntax') from None
+        raise UserError(f"not valid YAML ({getattr(e, 'problem', None) or e})", where,
+                        'fix the YAML syntax') from None
     if not isinstance(data, dict) or not isinstance(data.get('tasks'), list):
         raise UserError("no 'tasks' list", str(path), "write 'tasks:' followed by a list of tasks")
     return [(t, str(path)) for t in data['tasks']]
@@ -138,7 +145,8 @@ def _jsonl_tasks(path:Path, text:str) -> list[tuple[dict, str]]:
         if not line.strip(): continue
         try: raw = json.loads(line)
         except ValueError as e:
-            raise UserError(f"not a JSON object ({e})", f"{path}:{i}", 'write one task per line') from None
+            raise UserError(f"not a JSON object ({e})", f"{path}:{i}",
+                            'write one task per line') from None
         except RecursionError: raw = None
         if raw is None or _too_deep(raw):
             raise UserError(f"the JSON nests deeper than {MAX_YAML_DEPTH} levels", f"{path}:{i}",
@@ -151,21 +159,25 @@ def read_tasks(path) -> list[Task]:
     "The tasks of one file, each checked."
     path = Path(path)
     try: text = read_capped(path)
-    except FileNotFoundError: raise UserError('no such task file', str(path), 'give a YAML or JSON-lines task file, '
-                                              'or a folder of them') from None
+    except FileNotFoundError:
+        raise UserError('no such task file', str(path), 'give a YAML or JSON-lines task file, '
+                        'or a folder of them') from None
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read the task file ({e})", str(path), 'give a UTF-8 YAML or JSON-lines file') from None
+        raise UserError(f"cannot read the task file ({e})", str(path),
+                        'give a UTF-8 YAML or JSON-lines file') from None
     read = _jsonl_tasks if path.suffix == '.jsonl' else _yaml_tasks
     return [check_task(raw, where) for raw, where in read(path, text)]
 
 def load_tasks(paths=None, # task files or folders; default `data/eval/tasks`
-               levels=None, tags=None, ids=None) -> list[Task]: # keep only these levels, tags (any), ids
+               levels=None, tags=None,
+               ids=None) -> list[Task]: # keep only these levels, tags (any), ids
     "The tasks of the files in `paths`, checked, with unique ids, filtered as asked."
     tasks, seen = [], {}
     for f in task_files(paths):
         for t in read_tasks(f):
-            if t.id in seen: raise UserError(f"task id {t.id!r} is used twice (also in {seen[t.id]})", t.source,
-                                             'give each task an id of its own')
+            if t.id in seen:
+                raise UserError(f"task id {t.id!r} is used twice (also in {seen[t.id]})", t.source,
+                                'give each task an id of its own')
             seen[t.id] = t.source; tasks.append(t)
     keep = lambda t: ((not levels or t.level in levels) and (not tags or set(tags) & set(t.tags))
                       and (not ids or t.id in ids))
@@ -193,47 +205,55 @@ MAX_TRUTH_ROWS = 10_000  # rows a task's truth may give
 TRUTH_TIMEOUT = 60.0     # seconds a truth query may run
 
 def truth_rows(task:Task, rdb:RiskDB, params:dict) -> list[tuple]:
-    "The expected rows of `task`: its query run on the tools' locked-down connection `rdb`, or its truth function."
+    ("The expected rows of `task`: its query run on the tools' locked-down connection `rdb`, or "
+     "its truth function.")
     if 'sql' in task.truth: return _rows(rdb.rows_of(task.truth['sql'], params, MAX_TRUTH_ROWS))
     rows = _rows(TRUTH_FUNCTIONS[task.truth['python']](rdb.path, **task.truth.get('args', {})))
-    if len(rows) > MAX_TRUTH_ROWS: raise ValueError(f'the function gives more than {MAX_TRUTH_ROWS:,} rows')
+    if len(rows) > MAX_TRUTH_ROWS:
+        raise ValueError(f'the function gives more than {MAX_TRUTH_ROWS:,} rows')
     return rows
 
 def _needs_rows(task:Task) -> bool: return task.grader['kind'] in ('exact', 'numeric', 'contains')
 
 def compute_truth(tasks:list[Task], db) -> dict[str, list[tuple]]:
-    "Every task's expected rows from the dataset at `db`; a task whose truth fails is a `UserError`."
+    ("Every task's expected rows from the dataset at `db`; a task whose truth fails is a "
+     "`UserError`.")
     out, rdb = {}, RiskDB(db, query_timeout=TRUTH_TIMEOUT)
     try:
         params = data_params(rdb)
         for t in tasks:
             try: out[t.id] = truth_rows(t, rdb, params)
-            except Exception as e: raise UserError(f"task {t.id!r}: its truth failed ({type(e).__name__}: "
-                                                   f"{str(e).splitlines()[0][:200]})", t.source, 'fix the truth')
+            except Exception as e:
+                raise UserError(f"task {t.id!r}: its truth failed ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:200]})", t.source, 'fix the truth')
             if not out[t.id] and _needs_rows(t): raise UserError(
-                f"task {t.id!r}: its truth is empty", t.source, "use a set grader when nothing is the right answer")
+                f"task {t.id!r}: its truth is empty", t.source,
+                "use a set grader when nothing is the right answer")
     finally: rdb.close()
     return out
 
 # %% ../nbs/70_eval.ipynb #c878cc9b
-_ENTITIES = {'channel': 'channels', 'game': 'games', 'item': 'items', 'muids': 'muids', 'payers': 'payers',
-             'users': 'users'}
-_NAMED = {'channel': ('channels', 'channel_id', 'channel_name'), 'game': ('games', 'game_id', 'game_name'),
-          'item': ('items', 'item_id', 'item_name')}
+_ENTITIES = {'channel': 'channels', 'game': 'games', 'item': 'items', 'muids': 'muids',
+             'payers': 'payers', 'users': 'users'}
+_NAMED = {'channel': ('channels', 'channel_id', 'channel_name'),
+          'game': ('games', 'game_id', 'game_name'), 'item': ('items', 'item_id', 'item_name')}
 
 def incident_rows(db, # the dataset
                   patterns:list[str], # planted patterns, e.g. ['channel_spike']
                   parts:list[str]) -> list[tuple]: # what of them: channel, game, item, muids, payers, users
-    "Rows naming what the planted incidents of `patterns` involve: named things as (id, name), entities as (id,)."
+    ("Rows naming what the planted incidents of `patterns` involve: named things as (id, name), "
+     "entities as (id,).")
     incs = [g for g in ground_truth(db) if g['pattern'] in patterns]
-    if missing := set(patterns) - {g['pattern'] for g in incs}: raise ValueError(f"no incident of {sorted(missing)}")
+    if missing := set(patterns) - {g['pattern'] for g in incs}:
+        raise ValueError(f"no incident of {sorted(missing)}")
     rows = []
     with duckdb.connect(str(db), read_only=True) as con:
         for part in parts:
             ids = list(dict.fromkeys(v for g in incs for v in g['key_entities'][_ENTITIES[part]]))
             if part not in _NAMED: rows += [(i,) for i in ids]; continue
             table, key, name = _NAMED[part]
-            rows += con.execute(f"SELECT {key}, {name} FROM {table} WHERE {key} IN (SELECT unnest($ids)) ORDER BY 1",
+            rows += con.execute(f"SELECT {key}, {name} FROM {table} WHERE {key} IN (SELECT "
+                                "unnest($ids)) ORDER BY 1",
                                 {'ids': ids}).fetchall()
     return [tuple(r) for r in rows]
 
@@ -247,22 +267,27 @@ class Grade(BaseModel):
 _PUNCT = str.maketrans({'“': '"', '”': '"', '‘': "'", '’': "'", '`': '', '*': ''})
 
 def normal_text(s) -> str:
-    "`s` as graders read it: NFKC (full-width forms made plain), quotes straightened, lower case, blanks squeezed."
+    ("`s` as graders read it: NFKC (full-width forms made plain), quotes straightened, lower case, "
+     "blanks squeezed.")
     s = unicodedata.normalize('NFKC', str(s or '')).translate(_PUNCT).casefold()
     return ' '.join(s.split())
 
 def exact(answer:str, rows:list[tuple]) -> Grade:
-    "Passes when the whole answer (without quotes or a final full stop) is one of the expected values."
+    ("Passes when the whole answer (without quotes or a final full stop) is one of the "
+     "expected values.")
     got, want = normal_text(answer).strip(' .。"\''), [normal_text(v) for v in rows[0]]
-    return Grade(passed=got in want, score=float(got in want), detail=f"{got!r} vs {' or '.join(map(repr, want))}")
+    return Grade(passed=got in want, score=float(got in want),
+                 detail=f"{got!r} vs {' or '.join(map(repr, want))}")
 
 # %% ../nbs/70_eval.ipynb #c43bc352
-_NUMBER = re.compile(r'(?<![\w.])([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(%|万|亿|million|thousand|billion)?',
+_NUMBER = re.compile(r'(?<![\w.])([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(%|万|亿|million'
+                     r'|thousand|billion)?',
                      re.I)
-_SCALE = {None: 1, '%': 0.01, '万': 1e4, '亿': 1e8, 'million': 1e6, 'thousand': 1e3, 'billion': 1e9}
+_SCALE = {None: 1, '%': 0.01, '万': 1e4, '亿': 1e8, 'million': 1e6, 'thousand': 1e3,
+          'billion': 1e9}
 _MONTHS = 'january|february|march|april|may|june|july|august|september|october|november|december'
-_DATE = re.compile(r'\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{4}/\d{1,2}/\d{1,2}|\d{1,2}:\d{2}'
-                   r'|(?:\d{4}\s*年\s*)?\d{1,2}\s*月(?:\s*\d{1,2}\s*[日号])?|\d{4}\s*年'
+_DATE = re.compile(r'\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?|\d{4}/\d{1,2}/\d{1,2}'
+                   r'|\d{1,2}:\d{2}|(?:\d{4}\s*年\s*)?\d{1,2}\s*月(?:\s*\d{1,2}\s*[日号])?|\d{4}\s*年'
                    rf'|\b(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s*\d{{4}})?\b'
                    rf'|\b\d{{1,2}}\s+(?:{_MONTHS})(?:\s+\d{{4}})?\b'
                    rf'|\b(?:{_MONTHS})\s+\d{{4}}\b', re.I)
@@ -283,12 +308,15 @@ def numeric(answer:str, rows:list[tuple], rel:float=1e-9, # relative tolerance
                  detail=f"expected {want:g}: " + (f"found {hit:g}" if hit is not None else "no number close to it"))
 
 # %% ../nbs/70_eval.ipynb #9e8e1eb7
-_THINGS = (r'devices?|muids?|payers?|payer_ids?|accounts?|users?|user_ids?|datasets?|tables?|channels?|games?|items?'
-           r'|设备|账号|用户|付款方|数据集|数据表|渠道|游戏|物品|道具')  # a subject when the task gives none
-_REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|unable|cannot|can't|don't know|do not know|not sure|no answer)\b"
-                      r"|\bcould(?:n't| not)\b(?! find)|无法|不能|不知道|抱歉|对不起|不确定|没有答案", re.I)
-_NEG = (r"\b(?:no|zero|none|neither|nor)\b|(?<![\d.,])0(?![\d.,])|\bnot(?: \w+){0,2} (?:any|a single)\b"
-        r"|n't(?: \w+){0,2} (?:any|a single)\b|没有|没|无|不存在|并无|未|零|均不|都不")
+_THINGS = (r'devices?|muids?|payers?|payer_ids?|accounts?|users?|user_ids?|datasets?|tables?'
+           r'|channels?|games?|items?|设备|账号|用户|付款方|数据集|数据表'
+           r'|渠道|游戏|物品|道具')  # a subject when the task gives none
+_REFUSAL = re.compile(r"\b(?:sorry|apologi[sz]e|unable|cannot|can't|don't know|do not know|not sure"
+                      r"|no answer)\b|\bcould(?:n't| not)\b(?! find)|无法|不能|不知道|抱歉"
+                      r"|对不起|不确定|没有答案", re.I)
+_NEG = (r"\b(?:no|zero|none|neither|nor)\b|(?<![\d.,])0(?![\d.,])|\bnot(?: \w+){0,2} (?:any|a "
+        r"single)\b|n't(?: \w+){0,2} (?:any|a single)\b|没有|没|无|不存在"
+        r"|并无|未|零|均不|都不")
 _AFTER = r"\b(?:none|nothing|not found|no)\b|没有|无|不存在|为\s*0|为零"
 _CLAUSE = re.compile(r'(?<=[!?;。！？；\n])|(?<=\.)(?=\s|$)')
 _COND = re.compile(r'\s*(?:if|whether|unless)\b|\s*(?:如果|若|假如|要是|如有)', re.I)
@@ -298,11 +326,14 @@ def claims(answer:str) -> list[str]:
     parts = [p.strip() for p in _CLAUSE.split(normal_text(answer))]
     return [p for p in parts if p and not p.endswith(('?', '？')) and not _COND.match(p)]
 
-def none_claim(answer:str, subject:str|None=None) -> bool: # a regex for what there is none of; default `_THINGS`
-    "Whether the answer says plainly that there is none of `subject`: a negation bound to it, in a claim, no refusal."
+def none_claim(answer:str,
+               subject:str|None=None) -> bool: # a regex for what there is none of; default `_THINGS`
+    ("Whether the answer says plainly that there is none of `subject`: a negation bound to it, in "
+     "a claim, no refusal.")
     if _REFUSAL.search(normal_text(answer)): return False
     s = f'(?:{subject or _THINGS})'
-    bound = re.compile(rf'(?:{_NEG})[^!?;。！？；\n]{{0,40}}?{s}|{s}[^!?;。！？；\n]{{0,40}}?(?:{_AFTER})', re.I)
+    bound = re.compile(rf'(?:{_NEG})[^!?;。！？；\n]{{0,40}}?{s}'
+                       rf'|{s}[^!?;。！？；\n]{{0,40}}?(?:{_AFTER})', re.I)
     return any(bound.search(c) for c in claims(answer))
 
 # %% ../nbs/70_eval.ipynb #d64654aa
@@ -313,7 +344,8 @@ def _found(answer:str, expected:set, pattern:str|None) -> set:
 def set_grade(answer:str, rows:list[tuple], pattern:str|None=None, # a regex matching one entity id
               min_recall:float=1.0, max_extra:int=0,
               subject:str|None=None) -> Grade: # a regex for what the answer says there is none of, when none is right
-    "Passes when the answer names the expected entities (and no others); for an empty set, when it claims none exist."
+    ("Passes when the answer names the expected entities (and no others); for an empty set, when "
+     "it claims none exist.")
     want = {str(r[0]) for r in rows}
     got = _found(str(answer or ''), want, pattern)
     if not want:
@@ -324,18 +356,21 @@ def set_grade(answer:str, rows:list[tuple], pattern:str|None=None, # a regex mat
     recall, precision = len(hit) / len(want), len(hit) / len(got) if got else 0.0
     ok = recall >= min_recall and len(extra) <= max_extra
     f1 = 2 * recall * precision / (recall + precision) if hit else 0.0
-    return Grade(passed=ok, score=round(f1, 4), detail=f"named {len(hit)} of {len(want)} expected, {len(extra)} others")
+    return Grade(passed=ok, score=round(f1, 4),
+                 detail=f"named {len(hit)} of {len(want)} expected, {len(extra)} others")
 
 # %% ../nbs/70_eval.ipynb #ec23c20d
 def mentions(answer:str, value) -> bool:
-    "Whether `value` appears in `answer` as whole words (after `normal_text`); anywhere when it has CJK characters."
+    ("Whether `value` appears in `answer` as whole words (after `normal_text`); anywhere when it "
+     "has CJK characters.")
     a, v = normal_text(answer), normal_text(value)
     if not v: return False
     if re.search(r'[\u3400-\u9fff]', v): return v in a
     return re.search(rf'(?<![\w-]){re.escape(v)}(?![\w-])', a) is not None
 
 def contains(answer:str, rows:list[tuple], mode:Literal['all', 'any']='all') -> Grade:
-    "Passes when every expected row (`mode='any'`: at least one) appears in the answer, as any of its columns."
+    ("Passes when every expected row (`mode='any'`: at least one) appears in the answer, as any of "
+     "its columns.")
     hit = [any(mentions(answer, v) for v in r) for r in rows]
     ok = all(hit) if mode == 'all' else any(hit)
     missing = [r[0] for r, h in zip(rows, hit) if not h]
@@ -352,7 +387,8 @@ Reply with one JSON object: {{"passed": true or false, "reason": "<one sentence>
 
 def judge_grade(answer:str, rows:list[tuple], rubric:str, judge:ChatModel|None=None,
                 fallback:dict|None=None) -> Grade|None:
-    "A model's verdict on the answer; without a judge model the fallback grader's, or None (ungraded)."
+    ("A model's verdict on the answer; without a judge model the fallback grader's, or "
+     "None (ungraded).")
     if judge is None: return grade(fallback, answer, rows) if fallback else None
     expected = '\n'.join(' | '.join(map(str, r)) for r in rows) or '(nothing: the honest answer is that none exists)'
     prompt = JUDGE_PROMPT.format(expected=expected, rubric=rubric, answer=answer)
@@ -360,7 +396,8 @@ def judge_grade(answer:str, rows:list[tuple], rubric:str, judge:ChatModel|None=N
     except Exception: return None  # the judge failed: ungraded, not failed
     if not res.ok or not isinstance(res.value.get('passed'), bool): return None
     ok = res.value['passed']
-    return Grade(passed=ok, score=float(ok), detail=f"judge: {str(res.value.get('reason', ''))[:300]}")
+    return Grade(passed=ok, score=float(ok),
+                 detail=f"judge: {str(res.value.get('reason', ''))[:300]}")
 
 # %% ../nbs/70_eval.ipynb #1a9d6156
 GRADERS = {'exact': exact, 'numeric': numeric, 'set': set_grade, 'contains': contains}
@@ -373,7 +410,8 @@ def without_question(answer:str, question:str|None) -> str:
 def grade(spec:dict, # the task's grader: {'kind': ..., options}
           answer:str|None, rows:list[tuple], judge:ChatModel|None=None,
           question:str|None=None) -> Grade|None: # the task's question: what the answer repeats of it is not graded
-    "Grade `answer` against the expected `rows` with the grader `spec`; None when it cannot be graded."
+    ("Grade `answer` against the expected `rows` with the grader `spec`; None when it "
+     "cannot be graded.")
     kind, opts = spec['kind'], {k: v for k, v in spec.items() if k != 'kind'}
     answer = without_question(answer or '', question)
     if kind == 'judge': return judge_grade(answer, rows, judge=judge, **opts)
@@ -383,13 +421,15 @@ def grade(spec:dict, # the task's grader: {'kind': ..., options}
 REGISTRY_SAFEGUARDS = ('suggestions', 'coercion')  # switched in the tool registry, for every agent
 
 def switchable(agent:str) -> set[str]:
-    "The safeguards that can be switched off for an agent: all of them in ReAct, the registry's in the others."
+    ("The safeguards that can be switched off for an agent: all of them in ReAct, the registry's "
+     "in the others.")
     return set(SAFEGUARDS) if agent == 'react' else set(REGISTRY_SAFEGUARDS)
 
 def build_agent(name:str, # one of `AGENTS`: react, plan-execute, rewoo, dag, router, pipeline, chat
                 llm:ChatModel, tools, note:str='', # what planners that see no result first are told (the dates)
                 max_steps:int=20, context=None, safeguards:dict|None=None):
-    "An agent of any architecture by name, with the options it takes: ReAct all, plan-execute its context policy."
+    ("An agent of any architecture by name, with the options it takes: ReAct all, plan-execute its "
+     "context policy.")
     if name not in AGENTS: raise UserError(f"unknown agent {name!r}", 'the agent option',
                                            f"use one of {', '.join(AGENTS)}")
     kw = {'react': dict(max_steps=max_steps, context=context, safeguards=safeguards or {}),
@@ -413,8 +453,10 @@ class EvalConfig(BaseModel):
 
     def label(self) -> str:
         "A name made from the settings that differ from the defaults."
-        parts = [self.agent, self.model, *([f'faults {self.fault_rate:g}'] if self.fault_rate else []),
-                 *(f'no {k}' for k in self.off), *([f'context {self.context}'] if self.context else [])]
+        parts = [self.agent, self.model,
+                 *([f'faults {self.fault_rate:g}'] if self.fault_rate else []),
+                 *(f'no {k}' for k in self.off),
+                 *([f'context {self.context}'] if self.context else [])]
         return ' · '.join(parts)
 
 # %% ../nbs/70_eval.ipynb #c35797f4
@@ -427,8 +469,10 @@ def check(self:EvalConfig) -> EvalConfig:
     if bad := [k for k in self.off if k not in SAFEGUARDS]: raise UserError(
         f"unknown safeguards {bad}", where, f"switch off some of {', '.join(SAFEGUARDS)}")
     if bad := sorted(set(self.off) - switchable(self.agent)): raise UserError(
-        f"the {self.agent} agent has no switch for {bad}", where, 'switch these off in the react agent')
-    if not 0 <= self.fault_rate <= 1: raise UserError(f"fault rate {self.fault_rate}", where, 'give a rate in [0, 1]')
+        f"the {self.agent} agent has no switch for {bad}", where,
+        'switch these off in the react agent')
+    if not 0 <= self.fault_rate <= 1:
+        raise UserError(f"fault rate {self.fault_rate}", where, 'give a rate in [0, 1]')
     return self
 
 # %% ../nbs/70_eval.ipynb #2b8ff334
@@ -440,18 +484,21 @@ def make_model(cfg:EvalConfig, task_id:str='', seed:int=0) -> ChatModel:
     "The model of one run: the configured one, with faults injected at the configured rate."
     settings = load_settings(**({'base_url': cfg.base_url} if cfg.base_url else {}))
     llm = get_model(cfg.model, settings=settings)
-    return FaultyLLM(llm, rate=cfg.fault_rate, seed=run_seed(task_id, seed)) if cfg.fault_rate else llm
+    return FaultyLLM(llm, rate=cfg.fault_rate,
+                     seed=run_seed(task_id, seed)) if cfg.fault_rate else llm
 
 # %% ../nbs/70_eval.ipynb #7c6e0733
 NOT_SIMULATED = re.compile(r'\bcannot simulate\b|无法模拟', re.I)
 
 def said_not_simulated(run:Run) -> bool:
-    "Whether a simulated stand-in said, in the answer or in any reply, that it cannot simulate the question."
+    ("Whether a simulated stand-in said, in the answer or in any reply, that it cannot simulate "
+     "the question.")
     texts = [run.answer or '', *(s.raw for s in run.steps)]
     return bool(run.meta.get('simulated')) and any(NOT_SIMULATED.search(t) for t in texts if t)
 
 def run_status(run:Run, g:Grade|None) -> str:
-    "'passed', 'failed', 'not_completed' (no answer), 'not_simulated' (the stand-in said it cannot) or 'ungraded'."
+    ("'passed', 'failed', 'not_completed' (no answer), 'not_simulated' (the stand-in said it "
+     "cannot) or 'ungraded'.")
     if said_not_simulated(run): return 'not_simulated'
     if run.stop_reason != 'answer': return 'not_completed'
     if g is None: return 'ungraded'
@@ -461,7 +508,8 @@ def run_status(run:Run, g:Grade|None) -> str:
 def _corrected(s:Step) -> bool: return any(g.kind == 'correction' for g in s.safeguards)
 
 def format_counts(run:Run) -> dict:
-    "First-try replies and how many parsed strictly; correction rounds and how many led to a usable reply."
+    ("First-try replies and how many parsed strictly; correction rounds and how many led to a "
+     "usable reply.")
     steps = [s for s in run.steps if s.usage.llm_calls]
     out = dict(first_try=0, first_try_strict=0, corrections=0, corrections_ok=0)
     for i, s in enumerate(steps):
@@ -473,20 +521,27 @@ def format_counts(run:Run) -> dict:
     return out
 
 # %% ../nbs/70_eval.ipynb #0c7558e9
-def run_row(task:Task, cfg:EvalConfig, seed:int, run:Run, g:Grade|None, latency:float, faults:int=0) -> dict:
-    "The result of one run as one row: the task, the configuration, the verdict, the counts and the costs."
-    u, taken, status = run.usage, sum(len(s.actions) for s in run.steps), run_status(run, g)
+def run_row(task:Task, cfg:EvalConfig, seed:int, run:Run, g:Grade|None, latency:float,
+            faults:int=0) -> dict:
+    ("The result of one run as one row: the task, the configuration, the verdict, the counts "
+     "and the costs.")
+    u = run.usage
+    taken = sum(len(s.actions) for s in run.steps)
+    status = run_status(run, g)
     kinds = Counter(x.kind for s in run.steps for x in s.safeguards)
     return dict(
-        config=cfg.name, agent=cfg.agent, model=cfg.model, fault_rate=cfg.fault_rate, off=','.join(cfg.off),
-        context=cfg.context or 'full', seed=seed, task_id=task.id, level=task.level, lang=task.lang,
-        tags=','.join(task.tags), task_hash=task.hash, status=status, passed=status == 'passed',
+        config=cfg.name, agent=cfg.agent, model=cfg.model, fault_rate=cfg.fault_rate,
+        off=','.join(cfg.off), context=cfg.context or 'full', seed=seed, task_id=task.id,
+        level=task.level, lang=task.lang, tags=','.join(task.tags), task_hash=task.hash,
+        status=status, passed=status == 'passed',
         score=g.score if g and status in ('passed', 'failed') else 0.0, grader=task.grader['kind'],
-        detail=g.detail if g else '', answer=run.answer, stop_reason=run.stop_reason, steps_needed=task.steps,
-        steps_taken=taken, efficiency=min(1.0, task.steps / max(taken, 1)) if status == 'passed' else None,
-        model_calls=u.llm_calls, prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-        total_tokens=u.total_tokens, estimated_calls=u.estimated_calls, tool_calls=u.tool_calls,
-        **format_counts(run), faults=faults, latency=latency, simulated=bool(run.meta.get('simulated')),
+        detail=g.detail if g else '', answer=run.answer, stop_reason=run.stop_reason,
+        steps_needed=task.steps, steps_taken=taken,
+        efficiency=min(1.0, task.steps / max(taken, 1)) if status == 'passed' else None,
+        model_calls=u.llm_calls, prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens, total_tokens=u.total_tokens,
+        estimated_calls=u.estimated_calls, tool_calls=u.tool_calls, **format_counts(run),
+        faults=faults, latency=latency, simulated=bool(run.meta.get('simulated')),
         safeguards=dict(sorted(kinds.items())), error=None)
 
 # %% ../nbs/70_eval.ipynb #0c5ad7f1
@@ -503,43 +558,51 @@ def _close(llm):
         if callable(close := getattr(m, 'close', None)): close()
 
 # %% ../nbs/70_eval.ipynb #c9d5c109
-def run_one(task:Task, cfg:EvalConfig, seed:int, db, rows:list[tuple], trace:Path, judge:ChatModel|None=None) -> dict:
+def run_one(task:Task, cfg:EvalConfig, seed:int, db, rows:list[tuple], trace:Path,
+            judge:ChatModel|None=None) -> dict:
     "Run `task` under `cfg` and grade it: its row (the trace is written to `trace`)."
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix='reach-eval-') as d, RiskWorkspace(db, store=Path(d)/'ws.sqlite') as ws:
         llm = make_model(cfg, task.id, seed)
         cap = load_settings().max_observation_chars or None
-        tools = risk_tools(ws, max_chars=cap, **{k: False for k in cfg.off if k in REGISTRY_SAFEGUARDS})
+        tools = risk_tools(ws, max_chars=cap,
+                           **{k: False for k in cfg.off if k in REGISTRY_SAFEGUARDS})
         sg = {k: False for k in cfg.off if k not in REGISTRY_SAFEGUARDS}
         agent = build_agent(cfg.agent, llm, tools, data_note(ws), cfg.max_steps, cfg.context, sg)
         try: run = _stream_to(agent.stream(task.question), trace)
         finally: _close(llm)
     g = grade(task.grader, run.answer, rows, judge, task.question) if run.stop_reason == 'answer' else None
-    return run_row(task, cfg, seed, run, g, time.perf_counter() - t0, len(getattr(llm, 'injected', [])))
+    return run_row(task, cfg, seed, run, g, time.perf_counter() - t0,
+                   len(getattr(llm, 'injected', [])))
 
 # %% ../nbs/70_eval.ipynb #e5d97f65
-_TYPES = dict(key='VARCHAR PRIMARY KEY', config='VARCHAR', agent='VARCHAR', model='VARCHAR', fault_rate='DOUBLE',
-              off='VARCHAR', context='VARCHAR', seed='INTEGER', task_id='VARCHAR', level='INTEGER', lang='VARCHAR',
-              tags='VARCHAR', task_hash='VARCHAR', status='VARCHAR', passed='BOOLEAN', score='DOUBLE',
-              grader='VARCHAR', detail='VARCHAR', answer='VARCHAR', stop_reason='VARCHAR', steps_needed='INTEGER',
-              steps_taken='INTEGER', efficiency='DOUBLE', model_calls='INTEGER', prompt_tokens='BIGINT',
-              completion_tokens='BIGINT', total_tokens='BIGINT', estimated_calls='INTEGER', tool_calls='INTEGER',
-              first_try='INTEGER', first_try_strict='INTEGER', corrections='INTEGER', corrections_ok='INTEGER',
-              faults='INTEGER', latency='DOUBLE', simulated='BOOLEAN', safeguards='JSON', error='VARCHAR',
-              trace='VARCHAR')
-_SCHEMA_SQL = (f"CREATE TABLE IF NOT EXISTS runs ({', '.join(f'{k} {v}' for k, v in _TYPES.items())});"
-               "CREATE TABLE IF NOT EXISTS safeguards (key VARCHAR, kind VARCHAR, n INTEGER);")
+_TYPES = dict(key='VARCHAR PRIMARY KEY', config='VARCHAR', agent='VARCHAR', model='VARCHAR',
+              fault_rate='DOUBLE', off='VARCHAR', context='VARCHAR', seed='INTEGER',
+              task_id='VARCHAR', level='INTEGER', lang='VARCHAR', tags='VARCHAR',
+              task_hash='VARCHAR', status='VARCHAR', passed='BOOLEAN', score='DOUBLE',
+              grader='VARCHAR', detail='VARCHAR', answer='VARCHAR', stop_reason='VARCHAR',
+              steps_needed='INTEGER', steps_taken='INTEGER', efficiency='DOUBLE',
+              model_calls='INTEGER', prompt_tokens='BIGINT', completion_tokens='BIGINT',
+              total_tokens='BIGINT', estimated_calls='INTEGER', tool_calls='INTEGER',
+              first_try='INTEGER', first_try_strict='INTEGER', corrections='INTEGER',
+              corrections_ok='INTEGER', faults='INTEGER', latency='DOUBLE', simulated='BOOLEAN',
+              safeguards='JSON', error='VARCHAR', trace='VARCHAR')
+_SCHEMA_SQL = ("CREATE TABLE IF NOT EXISTS runs "
+               f"({', '.join(f'{k} {v}' for k, v in _TYPES.items())});CREATE TABLE IF NOT EXISTS "
+               "safeguards (key VARCHAR, kind VARCHAR, n INTEGER);")
 
 def run_key(config:str, task_id:str, seed:int) -> str: return f"{config}|{task_id}|{seed}"
 
 # %% ../nbs/70_eval.ipynb #ce6c64d8
 class Results:
-    "The results of evaluations in a DuckDB file: `runs`, one row per task run, and `safeguards`, counts by kind."
+    ("The results of evaluations in a DuckDB file: `runs`, one row per task run, and `safeguards`, "
+     "counts by kind.")
     def __init__(self, path):
         self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
         try: self.con = duckdb.connect(str(self.path))
-        except duckdb.Error as e: raise UserError(f"cannot open the results file ({str(e).splitlines()[0]})",
-                                                  str(self.path), 'close the program using it, or give another --out')
+        except duckdb.Error as e:
+            raise UserError(f"cannot open the results file ({str(e).splitlines()[0]})",
+                            str(self.path), 'close the program using it, or give another --out')
         self.con.execute(_SCHEMA_SQL)
         self.lock = threading.Lock()
 
@@ -557,12 +620,14 @@ class Results:
 def add(self:Results, row:dict):
     "Store one run's row (replacing an older one of the same run), committed at once."
     key = run_key(row['config'], row['task_id'], row['seed'])
-    vals = {**{k: None for k in _TYPES}, **row, 'key': key, 'safeguards': json.dumps(row.get('safeguards') or {})}
+    vals = {**{k: None for k in _TYPES}, **row, 'key': key,
+            'safeguards': json.dumps(row.get('safeguards') or {})}
     with self.lock:
         self.con.execute("BEGIN")
         self.con.execute("DELETE FROM runs WHERE key = ?", [key])
         self.con.execute("DELETE FROM safeguards WHERE key = ?", [key])
-        self.con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(_TYPES))})", [vals[k] for k in _TYPES])
+        self.con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(_TYPES))})",
+                         [vals[k] for k in _TYPES])
         kinds = [(key, k, n) for k, n in (row.get('safeguards') or {}).items()]
         if kinds: self.con.executemany("INSERT INTO safeguards VALUES (?, ?, ?)", kinds)
         self.con.execute("COMMIT")
@@ -572,7 +637,8 @@ def rows(self:Results, where:str='true', # a SQL condition on `runs`, e.g. "leve
          params:list|None=None) -> list[dict]:
     "The stored rows that meet `where`, as dicts (safeguard counts as a dict)."
     with self.lock:
-        cur = self.con.execute(f"SELECT * FROM runs WHERE {where} ORDER BY config, level, task_id, seed",
+        cur = self.con.execute(f"SELECT * FROM runs WHERE {where} ORDER BY config, level, "
+                               "task_id, seed",
                                params or [])
         cols = [d[0] for d in cur.description]
         out = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -596,14 +662,19 @@ def _safe_run(task:Task, cfg:EvalConfig, seed:int, db, rows, out:Path, judge) ->
     return row | {'trace': str(trace.relative_to(out))}
 
 # %% ../nbs/70_eval.ipynb #a75bd06d
-def evaluate(tasks:list[Task], configs:list[EvalConfig], out, # the folder for results.duckdb and the traces
+def evaluate(tasks:list[Task], configs:list[EvalConfig],
+             out, # the folder for results.duckdb and the traces
              seeds:Iterable[int]=(0,), concurrency:int=4, db=None, # the dataset; default `ensure_dataset()`
              judge:ChatModel|None=None, progress:bool=True) -> Path: # the results file
-    "Run every task under every configuration and seed, in parallel; runs already stored are not run again."
-    configs, out, seeds = [c.check() for c in configs], Path(out), list(seeds)
+    ("Run every task under every configuration and seed, in parallel; runs already stored are "
+     "not run again.")
+    configs = [c.check() for c in configs]
+    out = Path(out)
+    seeds = list(seeds)
     db = Path(db) if db else ensure_dataset()
-    if len({c.name for c in configs}) < len(configs): raise UserError('two configurations share a name', 'configs',
-                                                                     'give each configuration a name of its own')
+    if len({c.name for c in configs}) < len(configs):
+        raise UserError('two configurations share a name', 'configs',
+                        'give each configuration a name of its own')
     truth = compute_truth(tasks, db)
     with Results(out/'results.duckdb') as res:
         done = res.done()
@@ -611,10 +682,13 @@ def evaluate(tasks:list[Task], configs:list[EvalConfig], out, # the folder for r
                 if done.get(run_key(c.name, t.id, s)) != t.hash]
         ex = ThreadPoolExecutor(max(1, concurrency))
         try:
-            with tqdm(total=len(todo), desc='eval', unit='run', disable=not progress, file=sys.stderr) as bar:
-                futs = [ex.submit(_safe_run, t, c, s, db, truth[t.id], out, judge) for t, c, s in todo]
+            with tqdm(total=len(todo), desc='eval', unit='run', disable=not progress,
+                      file=sys.stderr) as bar:
+                futs = [ex.submit(_safe_run, t, c, s, db, truth[t.id], out,
+                                  judge) for t, c, s in todo]
                 for f in as_completed(futs): res.add(f.result()); bar.update()
-        finally: ex.shutdown(cancel_futures=True)  # interrupted: the runs not started are dropped, not run
+        # interrupted: the runs not started are dropped, not run
+        finally: ex.shutdown(cancel_futures=True)
     return out/'results.duckdb'
 
 # %% ../nbs/70_eval.ipynb #901be598
@@ -623,22 +697,29 @@ def wilson(k:int, n:int, z:float=1.96) -> tuple[float, float]:
     if n <= 0: return 0.0, 1.0
     p, d = k / n, 1 + z * z / n
     mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return min(p, max(0.0, mid - half)), max(p, min(1.0, mid + half))  # p inside, whatever the rounding
+    # p inside, whatever the rounding
+    return min(p, max(0.0, mid - half)), max(p, min(1.0, mid + half))
 
 # %% ../nbs/70_eval.ipynb #3e670aee
 def _mean(xs) -> float|None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
-def _share(k:int, n:int) -> dict: return {'k': k, 'n': n, 'p': k / n if n else None, 'ci': wilson(k, n)}
+def _share(k:int, n:int) -> dict:
+    return {'k': k, 'n': n, 'p': k / n if n else None, 'ci': wilson(k, n)}
 
 def declined(r:dict) -> bool: return r['status'] == 'not_simulated'
 
 def metrics(rows:list[dict]) -> dict:
-    "The metrics of a group of runs: proportions with Wilson intervals, means, safeguard totals by kind."
-    n, sums, kinds = len(rows), Counter(), Counter()
-    for r in (r for r in rows if not declined(r)):  # a declined run shows nothing of format or correction
-        sums.update({k: r[k] or 0 for k in ('first_try', 'first_try_strict', 'corrections', 'corrections_ok')})
+    ("The metrics of a group of runs: proportions with Wilson intervals, means, safeguard "
+     "totals by kind.")
+    n = len(rows)
+    sums = Counter()
+    kinds = Counter()
+    # a declined run shows nothing of format or correction
+    for r in (r for r in rows if not declined(r)):
+        sums.update({k: r[k] or 0 for k in ('first_try', 'first_try_strict', 'corrections',
+                                            'corrections_ok')})
         kinds.update(r['safeguards'])
     passed = sum(r['status'] == 'passed' for r in rows)
     return dict(runs=n, declined=sum(map(declined, rows)), completion=_share(passed, n),
@@ -646,16 +727,20 @@ def metrics(rows:list[dict]) -> dict:
                 efficiency=_mean(r['efficiency'] for r in rows),
                 first_try=_share(sums['first_try_strict'], sums['first_try']),
                 self_correction=_share(sums['corrections_ok'], sums['corrections']),
-                safeguards=dict(sorted(kinds.items())), tokens=_mean(r['total_tokens'] for r in rows),
-                model_calls=_mean(r['model_calls'] for r in rows), latency=_mean(r['latency'] for r in rows))
+                safeguards=dict(sorted(kinds.items())),
+                tokens=_mean(r['total_tokens'] for r in rows),
+                model_calls=_mean(r['model_calls'] for r in rows),
+                latency=_mean(r['latency'] for r in rows))
 
 # %% ../nbs/70_eval.ipynb #01f5015a
 def summary(rows:list[dict], by:tuple=('config', 'level')) -> list[dict]:
-    "The metrics of each group of rows (by `by`), each configuration's overall row (level 'all') after its levels."
+    ("The metrics of each group of rows (by `by`), each configuration's overall row (level 'all') "
+     "after its levels.")
     groups = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in by), []).append(r)
-        if 'level' in by: groups.setdefault(tuple('all' if k == 'level' else r[k] for k in by), []).append(r)
+        if 'level' in by:
+            groups.setdefault(tuple('all' if k == 'level' else r[k] for k in by), []).append(r)
     order = lambda key: tuple((1, 0) if v == 'all' else (0, v) for v in key)
     return [dict(zip(by, key), **metrics(groups[key])) for key in sorted(groups, key=order)]
 
@@ -678,10 +763,12 @@ _LEVEL_HEAD = ['configuration', 'level', 'runs', 'completion (95% CI)', 'decline
                'first-try format (95% CI)', 'self-correction', 'tokens', 'calls', 'latency s']
 
 def level_table(rows:list[dict], latency:bool=True) -> str:
-    "Per configuration and level, and overall: completion, efficiency, format, self-correction, tokens, calls."
+    ("Per configuration and level, and overall: completion, efficiency, format, self-correction, "
+     "tokens, calls.")
     out = [[s['config'], s['level'], s['runs'], _pct(s['completion']), s['declined'],
-            _num(s['efficiency'], '{:.2f}'), _pct(s['first_try']), _pct(s['self_correction'], ci=False),
-            _num(s['tokens']), _num(s['model_calls'], '{:.1f}'), _num(s['latency'], '{:.2f}') if latency else '-']
+            _num(s['efficiency'], '{:.2f}'), _pct(s['first_try']),
+            _pct(s['self_correction'], ci=False), _num(s['tokens']),
+            _num(s['model_calls'], '{:.1f}'), _num(s['latency'], '{:.2f}') if latency else '-']
            for s in summary(rows)]
     return text_table(_LEVEL_HEAD, out)
 
@@ -690,14 +777,16 @@ def safeguard_table(rows:list[dict]) -> str:
     "How often each kind of safeguard fired, per configuration (totals over its runs)."
     sums = summary(rows, by=('config',))
     kinds = sorted({k for s in sums for k in s['safeguards']})
-    return text_table(['configuration', 'runs', *kinds], [[s['config'], s['runs'], *(s['safeguards'].get(k, 0)
+    return text_table(['configuration', 'runs', *kinds],
+                      [[s['config'], s['runs'], *(s['safeguards'].get(k, 0)
                                                                                        for k in kinds)] for s in sums])
 
 # %% ../nbs/70_eval.ipynb #48ebce52
 ABLATIONS = {  # variant -> how its configuration differs from the defaults
-    'all on': {}, 'no tolerant parsing': {'off': ['tolerant_parsing']}, 'no correction round': {'off': ['correction']},
-    'no name suggestions': {'off': ['suggestions']}, 'no synonyms or coercion': {'off': ['coercion']},
-    'no repeat guard': {'off': ['repeat_guard']}, 'layered context': {'context': 'layered'}}
+    'all on': {}, 'no tolerant parsing': {'off': ['tolerant_parsing']},
+    'no correction round': {'off': ['correction']}, 'no name suggestions': {'off': ['suggestions']},
+    'no synonyms or coercion': {'off': ['coercion']}, 'no repeat guard': {'off': ['repeat_guard']},
+    'layered context': {'context': 'layered'}}
 RATES = (0.0, 0.1, 0.2, 0.3, 0.5)
 
 def ablation_name(variant:str, rate:float, model:str='sim-analyst') -> str:
@@ -729,14 +818,16 @@ def ablation_cells(rows:list[dict]) -> dict[str, dict[float, dict]]:
 
 # %% ../nbs/70_eval.ipynb #469600f0
 def ablation_table(rows:list[dict], ci:bool=True) -> str:
-    "Completion per variant and fault rate; the last column: the change against 'all on' at the highest rate."
+    ("Completion per variant and fault rate; the last column: the change against 'all on' at the "
+     "highest rate.")
     cells = ablation_cells(rows)
     rates = sorted({r for by in cells.values() for r in by})
     base = cells.get('all on', {}).get(rates[-1]) if rates else None
     def delta(by):
         s = by.get(rates[-1])
         return '-' if not (s and base and s['p'] is not None) else f"{(s['p'] - base['p']) * 100:+.0f} pts"
-    body = [[v, *(_pct(by[r], ci) if r in by else '-' for r in rates), delta(by)] for v, by in cells.items()]
+    body = [[v, *(_pct(by[r], ci) if r in by else '-' for r in rates),
+             delta(by)] for v, by in cells.items()]
     n = next((s['n'] for by in cells.values() for s in by.values()), 0)
     return text_table([f'completion, {n} runs per cell', *(f'faults {r:g}' for r in rates),
                        f'vs all on at {rates[-1]:g}' if rates else ''], body)
@@ -749,7 +840,8 @@ def default_out() -> Path:
     return resolve_path(load_settings().trace_dir)/'eval'
 
 def _configs(agents, models, base_url, fault_rate:float, off, context) -> list[EvalConfig]:
-    return [EvalConfig(agent=a, model=m, base_url=base_url, fault_rate=fault_rate, off=list(off or []), context=context)
+    return [EvalConfig(agent=a, model=m, base_url=base_url, fault_rate=fault_rate,
+                       off=list(off or []), context=context)
             for a in agents for m in models]
 
 def rows_of(path, tasks:list[Task], configs:list[EvalConfig], seeds:Iterable[int]) -> list[dict]:
@@ -764,31 +856,42 @@ def _fresh(out:Path):
 
 # %% ../nbs/70_eval.ipynb #e68bbd9d
 def eval_cli(tasks=None, # task files or folders; default data/eval/tasks
-             agents=('react',), models=('sim-analyst',), base_url:str|None=None, # side by side: every agent x model
-             levels=None, tags=None, seeds:int=1, fault_rate:float=0.0, off=(), context:str|None=None,
+             agents=('react',), models=('sim-analyst',),
+             base_url:str|None=None, # side by side: every agent x model
+             levels=None, tags=None, seeds:int=1, fault_rate:float=0.0, off=(),
+             context:str|None=None,
              out=None, concurrency:int=4, fresh:bool=False, db=None,
              ablation:bool=False, rates=RATES, ablation_seeds:int=3, ablation_tags=('demo',), # the ablation grid
              judge:str|None=None, progress:bool=True, latency:bool=True, # show the mean latency
              echo:Callable=print) -> int: # exit status
-    "The `reach eval` command: run, then print the per-level table, the safeguards and (with `ablation`) the grid."
+    ("The `reach eval` command: run, then print the per-level table, the safeguards and (with "
+     "`ablation`) the grid.")
     out = Path(out) if out else default_out()
     if fresh: _fresh(out)
     jm = make_model(EvalConfig(model=judge, base_url=base_url)) if judge else None
-    ts, cfgs = load_tasks(tasks, levels, tags), _configs(agents, models, base_url, fault_rate, off, context)
-    if not ts: raise UserError('no task matches', 'the --level/--tag options', 'drop or change them')
+    ts = load_tasks(tasks, levels, tags)
+    cfgs = _configs(agents, models, base_url, fault_rate, off, context)
+    if not ts:
+        raise UserError('no task matches', 'the --level/--tag options', 'drop or change them')
     path = evaluate(ts, cfgs, out, range(seeds), concurrency, db, jm, progress)
     rows = rows_of(path, ts, cfgs, range(seeds))
-    echo(f"{_n(len(ts), 'task')} · {_n(len(cfgs), 'configuration')} · {_n(seeds, 'seed')} · results in {path}\n")
+    echo(f"{_n(len(ts), 'task')} · {_n(len(cfgs), 'configuration')} · {_n(seeds, 'seed')} · "
+         f"results in {path}\n")
     echo(level_table(rows, latency) + '\n\n' + safeguard_table(rows))
-    base = EvalConfig(model=cfgs[0].model, base_url=base_url)  # the ablation's agent is ReAct: it has every switch
-    if ablation: _ablation(tasks, base, rates, ablation_seeds, ablation_tags, out, concurrency, db, progress, echo)
+    # the ablation's agent is ReAct: it has every switch
+    base = EvalConfig(model=cfgs[0].model, base_url=base_url)
+    if ablation:
+        _ablation(tasks, base, rates, ablation_seeds, ablation_tags, out, concurrency, db, progress,
+                  echo)
     return 0
 
 # %% ../nbs/70_eval.ipynb #0ea97a5b
-def _ablation(tasks, base:EvalConfig, rates, seeds:int, tags, out:Path, concurrency:int, db, progress:bool, echo):
+def _ablation(tasks, base:EvalConfig, rates, seeds:int, tags, out:Path, concurrency:int, db,
+              progress:bool, echo):
     "Run the ablation grid on the tasks with `tags`, and print its table."
     ts, cfgs = load_tasks(tasks, tags=list(tags) or None), ablation_configs(base, rates)
-    rows = rows_of(evaluate(ts, cfgs, out, range(seeds), concurrency, db, None, progress), ts, cfgs, range(seeds))
+    rows = rows_of(evaluate(ts, cfgs, out, range(seeds), concurrency, db, None, progress), ts, cfgs,
+                   range(seeds))
     echo(f"\nAblation: {_n(len(ts), 'task')} tagged {', '.join(tags)} x {_n(seeds, 'seed')}, "
          f"{base.agent} · {base.model}\n")
     echo(ablation_table(rows))

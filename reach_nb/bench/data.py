@@ -17,19 +17,23 @@ __all__ = ['DIMS', 'WINDOW', 'BASELINE', 'TARGETS', 'PANDAS_COLUMNS', 'bench_db_
            'load_transactions', 'pandas_concentration', 'bench_data', 'print_data_bench', 'bench_data_cli']
 
 # %% ../../nbs/91_bench_data.ipynb #0e47a0e2
-DIMS = ('user_id', 'muid', 'item_id', 'channel_id', 'game_id', 'currency')  # device = muid, game = business
+# device = muid, game = business
+DIMS = ('user_id', 'muid', 'item_id', 'channel_id', 'game_id', 'currency')
 WINDOW = ('2026-06-24', '2026-06-30')    # last week of the data, both days included
 BASELINE = ('2026-05-27', '2026-06-23')  # the four weeks before it
-TARGETS = dict(speedup=3.0, memory_ratio=0.25)  # at least pandas/reach_nb time; at most reach_nb/pandas peak
+# at least pandas/reach_nb time; at most reach_nb/pandas peak
+TARGETS = dict(speedup=3.0, memory_ratio=0.25)
 
 def bench_db_path(rows:int) -> Path:
-    "Where the benchmark's dataset of `rows` transactions lives: `<data>/generated/risk_<rows>.duckdb` (git-ignored)."
+    ("Where the benchmark's dataset of `rows` transactions lives: "
+     "`<data>/generated/risk_<rows>.duckdb` (git-ignored).")
     return data_path('generated', f'risk_{rows}.duckdb')
 
 def ensure_bench_dataset(rows:int, # transactions
                          db:str|Path|None=None, # the file; default `bench_db_path(rows)`
                         ) -> tuple[Path, float|None]:
-    "The dataset of `rows` transactions at `db`, built if it is not there; and the build time (None when it was there)."
+    ("The dataset of `rows` transactions at `db`, built if it is not there; and the build time "
+     "(None when it was there).")
     path = Path(db) if db else bench_db_path(rows)
     meta = read_meta(path) or {}
     there = meta.get('rows') == str(rows) and meta.get('seed') == str(DEFAULT_SEED)
@@ -42,7 +46,8 @@ PANDAS_COLUMNS = ('ts', 'status', 'amount_cny', *DIMS)
 
 def load_transactions(db:str|Path, # the DuckDB file
                       columns:tuple=PANDAS_COLUMNS): # the columns to load, all rows
-    "The transactions' `columns` from the DuckDB file as a pandas DataFrame with Arrow-backed columns."
+    ("The transactions' `columns` from the DuckDB file as a pandas DataFrame with "
+     "Arrow-backed columns.")
     import duckdb, pandas as pd
     with duckdb.connect(str(db), read_only=True) as con:
         rel = con.sql(f"SELECT {', '.join(columns)} FROM transactions")
@@ -70,7 +75,8 @@ def _pandas_dim(d, dim:str, top:int) -> dict:
     return dict(total_window_cny=tw, total_baseline_cny=tb, change_cny=tw - tb,
                 top_share_window=ratio(float(w.nlargest(top).sum()), tw),
                 top_share_baseline=ratio(float(b.nlargest(top).sum()), tb),
-                hhi_window=ratio(float((w * w).sum()), tw ** 2), hhi_baseline=ratio(float((b * b).sum()), tb ** 2),
+                hhi_window=ratio(float((w * w).sum()), tw ** 2),
+                hhi_baseline=ratio(float((b * b).sum()), tb ** 2),
                 top=[dict(value=v, window_cny=x, baseline_cny=y, change_cny=x - y,
                           share_of_change=ratio(x - y, tw - tb)) for _, v, x, y in best])
 
@@ -79,7 +85,8 @@ def pandas_concentration(df, # transactions with PANDAS_COLUMNS
                          dims:tuple=DIMS, # the dimensions to split the change by
                          window:tuple=WINDOW, baseline:tuple=BASELINE, # first and last day of each
                          top:int=5) -> dict: # values reported per dimension
-    "The concentration analysis in pandas: filter the window and baseline, then one groupby per dimension."
+    ("The concentration analysis in pandas: filter the window and baseline, then one groupby "
+     "per dimension.")
     import numpy as np
     (ws, we, wd), (bs, be, bd) = _span(window), _span(baseline)
     ts = df['ts'].to_numpy(dtype='datetime64[us]')
@@ -92,7 +99,8 @@ def pandas_concentration(df, # transactions with PANDAS_COLUMNS
 
 # %% ../../nbs/91_bench_data.ipynb #d4aebf47
 def _reach_side(db:str, top:int=5, settings:dict|None=None) -> dict:
-    "The reach_nb side: open the dataset with the tools' `RiskDB`, run the concentration operator over six dimensions."
+    ("The reach_nb side: open the dataset with the tools' `RiskDB`, run the concentration operator "
+     "over six dimensions.")
     from reach_nb.risk.db import RiskDB
     from reach_nb.risk.operators import run_operator
     t = time.perf_counter()
@@ -106,20 +114,24 @@ def _reach_side(db:str, top:int=5, settings:dict|None=None) -> dict:
                 total_change=s['total_window_cny'] - s['total_baseline_cny'])
 
 def _pandas_side(db:str, top:int=5) -> dict:
-    "The pandas side: load the columns, then `pandas_concentration`; the load is timed on its own too."
+    ("The pandas side: load the columns, then `pandas_concentration`; the load is timed on "
+     "its own too.")
     t = time.perf_counter()
     df = load_transactions(db)
     load = time.perf_counter() - t
     res = pandas_concentration(df, top=top)
     return dict(seconds=time.perf_counter() - t, load_seconds=load,
-                top5={d: [r['value'] for r in res[d]['top']] for d in DIMS}, total_change=res[DIMS[0]]['change_cny'])
+                top5={d: [r['value'] for r in res[d]['top']] for d in DIMS},
+                total_change=res[DIMS[0]]['change_cny'])
 
 _SIDES = {'reach': _reach_side, 'pandas': _pandas_side}
-_SIDE_IMPORTS = {'reach': ['reach_nb.risk.tools'], 'pandas': ['duckdb', 'numpy', 'pandas', 'pyarrow']}
+_SIDE_IMPORTS = {'reach': ['reach_nb.risk.tools'],
+                 'pandas': ['duckdb', 'numpy', 'pandas', 'pyarrow']}
 
 # %% ../../nbs/91_bench_data.ipynb #ca9263b3
 def _peak_mib() -> float|None:
-    "This process's peak resident memory so far, in MiB: `VmHWM` on Linux, else `ru_maxrss` (None without either)."
+    ("This process's peak resident memory so far, in MiB: `VmHWM` on Linux, else `ru_maxrss` (None "
+     "without either).")
     try:
         hwm = [l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith('VmHWM:')]
         if hwm: return round(int(hwm[0].split()[1]) / 1024, 1)
@@ -128,7 +140,8 @@ def _peak_mib() -> float|None:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 2**10), 1)
 
 def _child(spec:str):
-    "In a fresh process: import one side's modules, run the side unless `idle`, print its figures and peak RSS as JSON."
+    ("In a fresh process: import one side's modules, run the side unless `idle`, print its figures "
+     "and peak RSS as JSON.")
     s = json.loads(spec)
     for m in _SIDE_IMPORTS[s['side']]: importlib.import_module(m)
     out = {} if s['idle'] else _SIDES[s['side']](s['db'], **s['kw'])
@@ -139,23 +152,28 @@ def _spawn(side:str, # 'reach' or 'pandas'
            db:str|Path|None=None, # the dataset (not needed when idle)
            idle:bool=False, # only import the side's modules
            timeout:float=3600, **kw) -> dict:
-    "Run one side (or an idle process importing its modules) in a fresh Python process; the figures it printed."
+    ("Run one side (or an idle process importing its modules) in a fresh Python process; the "
+     "figures it printed.")
     spec = json.dumps(dict(side=side, db=str(db) if db else None, idle=idle, kw=kw))
     paths = [str(Path(reach_nb.__file__).parent.parent), os.environ.get('PYTHONPATH', '')]
     env = os.environ | {'PYTHONPATH': os.pathsep.join(p for p in paths if p)}
     code = 'import sys; from reach_nb.bench.data import _child; _child(sys.argv[1])'
-    p = subprocess.run([sys.executable, '-c', code, spec], capture_output=True, text=True, env=env, timeout=timeout)
-    if p.returncode: raise RuntimeError(f"the {side} benchmark process failed (exit {p.returncode}):\n"
-                                        f"{p.stderr[-3000:]}")
+    p = subprocess.run([sys.executable, '-c', code, spec], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    if p.returncode:
+        raise RuntimeError(f"the {side} benchmark process failed (exit {p.returncode}):\n"
+                           f"{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 # %% ../../nbs/91_bench_data.ipynb #86d515a7
 def _mismatches(a:dict, b:dict) -> list[str]:
-    "How a reach_nb run and a pandas run disagree: the top value of a dimension, or the total change."
+    ("How a reach_nb run and a pandas run disagree: the top value of a dimension, or the "
+     "total change.")
     top = lambda r, d: (r['top5'].get(d) or [None])[0]
     out = [f"top {d}: reach_nb {top(a, d)!r} vs pandas {top(b, d)!r}" for d in DIMS if top(a, d) != top(b, d)]
     if not math.isclose(a['total_change'], b['total_change'], rel_tol=1e-9, abs_tol=0.01):
-        out.append(f"total change: reach_nb {a['total_change']:,.2f} vs pandas {b['total_change']:,.2f}")
+        out.append(f"total change: reach_nb {a['total_change']:,.2f} vs pandas "
+                   f"{b['total_change']:,.2f}")
     return out
 
 # %% ../../nbs/91_bench_data.ipynb #12f1d22b
@@ -167,7 +185,8 @@ def _figures(runs:dict, idle:dict) -> dict:
              pandas_load_seconds=med('pandas', 'load_seconds'),
              reach_peak_mib=peak('reach'), pandas_peak_mib=peak('pandas'),
              reach_idle_mib=idle['reach'], pandas_idle_mib=idle['pandas'],
-             reach_runs=[r['seconds'] for r in runs['reach']], pandas_runs=[r['seconds'] for r in runs['pandas']])
+             reach_runs=[r['seconds'] for r in runs['reach']],
+             pandas_runs=[r['seconds'] for r in runs['pandas']])
     f['speedup'] = f['pandas_seconds'] / f['reach_seconds']
     f['memory_ratio'] = f['reach_peak_mib'] / f['pandas_peak_mib'] if resource else None
     f['speed_met'] = f['speedup'] >= TARGETS['speedup']
@@ -180,7 +199,8 @@ def bench_data(rows:int=10_000_000, # transactions in the dataset
                repeat:int=3, # runs per side, each in a fresh process; the median time is reported
                settings:dict|None=None, # DuckDB options SET on the tools' connection, e.g. {'threads': 1}
                top:int=5) -> dict: # values per dimension
-    "Time and peak memory of the concentration analysis: reach_nb tools on the DuckDB file vs pandas, fresh processes."
+    ("Time and peak memory of the concentration analysis: reach_nb tools on the DuckDB file vs "
+     "pandas, fresh processes.")
     from reach_nb.risk.db import duckdb_config
     settings = duckdb_config() | dict(settings or {})  # what the tools' connection really runs with
     path, built = ensure_bench_dataset(rows, db)
@@ -192,7 +212,8 @@ def bench_data(rows:int=10_000_000, # transactions in the dataset
     bad = [m for a, b in zip(runs['reach'], runs['pandas']) for m in _mismatches(a, b)]
     assert not bad, "reach_nb and pandas DISAGREE on the same data:\n  " + '\n  '.join(bad)
     first = runs['reach'][0]
-    return dict(rows=rows, repeat=repeat, db=str(path), build_seconds=built, settings=dict(settings or {}), agree=True,
+    return dict(rows=rows, repeat=repeat, db=str(path), build_seconds=built,
+                settings=dict(settings or {}), agree=True,
                 top={d: v[0] for d, v in first['top5'].items()}, total_change=first['total_change'],
                 **_figures(runs, idle))
 
@@ -203,9 +224,10 @@ def print_data_bench(r:dict):
     "Print `bench_data`'s figures as a small table."
     met = lambda ok: 'met' if ok else 'NOT met'
     built = f"built in {r['build_seconds']:.1f} s" if r['build_seconds'] is not None else 'already built'
-    print(f"Concentration over {', '.join(DIMS)}: {WINDOW[0]}..{WINDOW[1]} vs {BASELINE[0]}..{BASELINE[1]}")
-    print(f"  {r['rows']:,} rows in {Path(r['db']).name} ({built}); median of {r['repeat']} runs per side, "
-          "each in a fresh process")
+    print(f"Concentration over {', '.join(DIMS)}: {WINDOW[0]}..{WINDOW[1]} vs "
+          f"{BASELINE[0]}..{BASELINE[1]}")
+    print(f"  {r['rows']:,} rows in {Path(r['db']).name} ({built}); median of {r['repeat']} runs "
+          "per side, each in a fresh process")
     print(f"  {'':24}{'reach_nb (DuckDB file)':>24}{'pandas':>12}")
     print(f"  {'time (s)':24}{r['reach_seconds']:>24.2f}{r['pandas_seconds']:>12.2f}"
           f"   (pandas load {r['pandas_load_seconds']:.2f} s of it)")
@@ -215,7 +237,8 @@ def print_data_bench(r:dict):
     print(f"  speed : pandas / reach_nb time = {r['speedup']:.1f}x"
           f"   (target >= {TARGETS['speedup']:g}x: {met(r['speed_met'])})")
     mem = 'n/a' if r['memory_ratio'] is None else f"{r['memory_ratio']:.2f}"
-    print(f"  memory: reach_nb / pandas peak = {mem}   (target <= {TARGETS['memory_ratio']:g}: {met(r['memory_met'])})")
+    print(f"  memory: reach_nb / pandas peak = {mem}   (target <= {TARGETS['memory_ratio']:g}: "
+          f"{met(r['memory_met'])})")
     print(f"  DuckDB settings on the tools' connection: {r['settings'] or 'none (defaults)'}")
     print(f"  results agree: total change {r['total_change']:+,.0f} CNY; top "
           + ', '.join(f'{d}={v}' for d, v in r['top'].items()))
@@ -226,7 +249,8 @@ def bench_data_cli(rows:int=10_000_000, # transactions in the dataset (built on 
                    memory_limit:str|None=None, # e.g. '300MB': DuckDB's memory_limit on the tools' connection
                    threads:int|None=None): # DuckDB threads on the tools' connection
     "`reach bench data`: run `bench_data` and print the table."
-    settings = {k: v for k, v in dict(memory_limit=memory_limit, threads=threads).items() if v is not None}
+    settings = {k: v for k, v in dict(memory_limit=memory_limit,
+                                      threads=threads).items() if v is not None}
     print(f"Benchmarking the concentration analysis on {rows:,} rows ({repeat} runs per side, "
           "each in a fresh process)...", flush=True)
     r = bench_data(rows=rows, repeat=repeat, settings=settings)

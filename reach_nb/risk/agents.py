@@ -23,16 +23,19 @@ __all__ = ['risk_tools', 'data_note', 'risk_agent', 'run_risk_demo']
 _ID_OF = {'procedure_id': re.compile(r'\bproc_\d+'), 'task_id': re.compile(r'\btask_\d+')}
 
 def _reading_ids(fn:Callable) -> Callable:
-    "`fn`, with an id argument given as a longer text (an earlier result that names it) cut to the first id in it."
+    ("`fn`, with an id argument given as a longer text (an earlier result that names it) cut to "
+     "the first id in it.")
     def call(**kw):
         for k, pat in _ID_OF.items():
-            if isinstance(v := kw.get(k), str) and len(v) > 40 and (m := pat.search(v, 0, 4000)): kw[k] = m[0]
+            if isinstance(v := kw.get(k), str) and len(v) > 40 and (m := pat.search(v, 0, 4000)):
+                kw[k] = m[0]
         return fn(**kw)
     return call
 
 def risk_tools(ws:RiskWorkspace, # the workspace the tools work in
                **registry_kw) -> ToolRegistry: # for `risk_registry` (e.g. max_chars)
-    "The nine risk tools over `ws`; an id argument also takes an earlier result that names the id, as plans pass it."
+    ("The nine risk tools over `ws`; an id argument also takes an earlier result that names the "
+     "id, as plans pass it.")
     reg = risk_registry(ws, **registry_kw)
     for t in reg:
         if _ID_OF.keys() & {p.name for p in t.params}: t.fn = _reading_ids(t.fn)
@@ -41,7 +44,8 @@ def risk_tools(ws:RiskWorkspace, # the workspace the tools work in
 def data_note(ws:RiskWorkspace) -> str:
     "What a planner that sees no result before it plans is told: the days the data covers."
     lo, hi = ws.db.date_range()
-    return f"The data: the transactions cover {lo}..{hi}; a task's dates must lie inside these days."
+    return (f"The data: the transactions cover {lo}..{hi}; a task's dates must lie "
+            "inside these days.")
 
 # %% ../../nbs/47_risk_agents.ipynb #d6466a85
 def _sim_analyst() -> ChatModel:
@@ -62,7 +66,8 @@ def risk_agent(llm:ChatModel|None=None, # the model; default a `SimAnalyst`
                pipeline:str|Path|None=None, # for agent='pipeline': its YAML file (default the example)
                store:str|Path|None=None, # the workspace store (procedures, tasks, results); default a fresh one
                **agent_kw): # passed to the agent's class (ReAct: max_steps defaults to 20)
-    "An agent over the nine risk tools; its workspace store is `store`, kept, or a temporary one removed on exit."
+    ("An agent over the nine risk tools; its workspace store is `store`, kept, or a temporary one "
+     "removed on exit.")
     db, cap = ensure_dataset() if db is None else Path(db), load_settings().max_observation_chars or None
     with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, \
          RiskWorkspace(db, store=Path(store) if store else Path(d)/'ws.sqlite') as ws:

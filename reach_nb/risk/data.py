@@ -30,8 +30,8 @@ DEFAULT_ROWS, DEFAULT_SEED = 1_000_000, 7
 SCHEMA_VERSION = '1'
 PATTERNS = ('proxy_recharge', 'device_farm', 'channel_spike', 'velocity_burst', 'refund_abuse',
             'currency_mismatch')
-TABLES = ('games', 'items', 'channels', 'users', 'devices', 'transactions', 'fraud_incidents', 'fraud_labels',
-          'dataset_meta')
+TABLES = ('games', 'items', 'channels', 'users', 'devices', 'transactions', 'fraud_incidents',
+          'fraud_labels', 'dataset_meta')
 
 # %% ../../nbs/40_risk_data.ipynb #927a43e8
 GAMES = [  # game_id, game_name, genre, publisher, share of recharges, in-game currency
@@ -41,20 +41,26 @@ GAMES = [  # game_id, game_name, genre, publisher, share of recharges, in-game c
     ('g04', 'Mystic Garden', 'Casual', 'Dewdrop Studio', 0.12, 'Petals'),
     ('g05', 'Iron Vanguard', 'Shooter', 'Redline Works', 0.16, 'Vanguard Credits'),
     ('g06', 'Cloud Kingdom Chess', 'Strategy', 'Lotus Peak Games', 0.10, 'Cloud Tokens')]
-TIERS = [  # item suffix, item name ({c} = the game's currency), list price in CNY, share of purchases
+# item suffix, item name ({c} = the game's currency), list price in CNY, share of purchases
+TIERS = [
     ('i01', '60 {c}', 6.0, 0.22), ('i02', '300 {c}', 30.0, 0.16), ('i03', '680 {c}', 68.0, 0.10),
-    ('i04', '1280 {c}', 128.0, 0.06), ('i05', '3280 {c}', 328.0, 0.03), ('i06', '6480 {c}', 648.0, 0.015),
-    ('i07', 'Monthly Card', 30.0, 0.18), ('i08', 'Battle Pass', 68.0, 0.10), ('i09', 'Limited Skin', 88.0, 0.07),
+    ('i04', '1280 {c}', 128.0, 0.06), ('i05', '3280 {c}', 328.0, 0.03),
+    ('i06', '6480 {c}', 648.0, 0.015), ('i07', 'Monthly Card', 30.0, 0.18),
+    ('i08', 'Battle Pass', 68.0, 0.10), ('i09', 'Limited Skin', 88.0, 0.07),
     ('i10', 'Starter Bundle', 1.0, 0.065)]
 CHANNELS = [  # channel_id, channel_name, channel_type, share of recharges, price paid / list price
-    ('c01', 'Official Web Shop', 'official', 0.16, 1.0), ('c02', 'Apple App Store', 'app_store', 0.24, 1.0),
+    ('c01', 'Official Web Shop', 'official', 0.16, 1.0),
+    ('c02', 'Apple App Store', 'app_store', 0.24, 1.0),
     ('c03', 'Google Play', 'app_store', 0.16, 1.0), ('c04', 'QuickPay Wallet', 'wallet', 0.14, 1.0),
     ('c05', 'LinkPay Wallet', 'wallet', 0.12, 1.0), ('c06', 'TopUp Hub', 'third_party', 0.07, 1.0),
-    ('c07', 'CardMall', 'third_party', 0.05, 1.0), ('c08', 'Lucky Discount Store', 'discount', 0.02, 0.92),
-    ('c09', 'Cheap Gems Express', 'discount', 0.025, 0.90), ('c10', 'Bargain Recharge', 'discount', 0.015, 0.93)]
-REGIONS = [('CN', 'CNY', 0.55), ('HK', 'HKD', 0.08), ('TW', 'TWD', 0.12), ('SG', 'SGD', 0.05), ('US', 'USD', 0.10),
-           ('JP', 'JPY', 0.10)]
-FX_CNY = {'CNY': 1.0, 'HKD': 0.92, 'TWD': 0.22, 'SGD': 5.35, 'USD': 7.2, 'JPY': 0.047}  # CNY per unit, fixed
+    ('c07', 'CardMall', 'third_party', 0.05, 1.0),
+    ('c08', 'Lucky Discount Store', 'discount', 0.02, 0.92),
+    ('c09', 'Cheap Gems Express', 'discount', 0.025, 0.90),
+    ('c10', 'Bargain Recharge', 'discount', 0.015, 0.93)]
+REGIONS = [('CN', 'CNY', 0.55), ('HK', 'HKD', 0.08), ('TW', 'TWD', 0.12), ('SG', 'SGD', 0.05),
+           ('US', 'USD', 0.10), ('JP', 'JPY', 0.10)]
+# CNY per unit, fixed
+FX_CNY = {'CNY': 1.0, 'HKD': 0.92, 'TWD': 0.22, 'SGD': 5.35, 'USD': 7.2, 'JPY': 0.047}
 
 # %% ../../nbs/40_risk_data.ipynb #a71edead
 HOUR_WEIGHTS = [0.55, 0.35, 0.22, 0.15, 0.12, 0.14, 0.25, 0.45, 0.6, 0.7, 0.8, 0.9,
@@ -73,7 +79,9 @@ def _lit(v) -> str: return f"'{v}'" if isinstance(v, str) else repr(v)
 def _pick(u:str, # SQL expression, uniform in [0, 1)
           values:list, weights:list) -> str:
     "A SQL CASE mapping `u` to one of `values` with probability proportional to `weights`."
-    total, acc, whens = sum(weights), 0.0, []
+    total = sum(weights)
+    acc = 0.0
+    whens = []
     for v, w in zip(values[:-1], weights[:-1]):
         acc += w; whens.append(f"WHEN {u} < {acc/total!r} THEN {_lit(v)}")
     return f"(CASE {' '.join(whens)} ELSE {_lit(values[-1])} END)"
@@ -84,22 +92,27 @@ def _map(x:str, mapping:dict) -> str:
 
 # %% ../../nbs/40_risk_data.ipynb #c94e2e65
 def _base_macros(seed:int) -> list[str]:
-    "SQL macros: `rnd(i, k)` uniform in [0,1), `mix32` and the id formats (ids differ between seeds)."
+    ("SQL macros: `rnd(i, k)` uniform in [0,1), `mix32` and the id formats (ids differ "
+     "between seeds).")
     salt = lambda c: (c + int(seed) * 2654435761) % 2**32
     mac = 'CREATE OR REPLACE TEMP MACRO'
     return [f"{mac} rnd(i, k) AS ((hash(i, k, {int(seed)}) >> 11)::DOUBLE / 9007199254740992.0)",
             f"{mac} _h32(x) AS ((xor(x >> 16, x) * 73244475) % 4294967296)",
             f"{mac} mix32(x) AS xor(_h32(_h32(x)) >> 16, _h32(_h32(x)))",
-            f"{mac} user_id(k) AS 'u' || lpad(mix32(xor(k::BIGINT, {salt(1298423417)}))::VARCHAR, 10, '0')",
+            f"{mac} user_id(k) AS 'u' || lpad(mix32(xor(k::BIGINT, "
+            f"{salt(1298423417)}))::VARCHAR, 10, '0')",
             f"{mac} muid(d) AS 'm' || printf('%08x', mix32(xor(d::BIGINT, {salt(2863311530)})))",
-            f"{mac} payer_id(p) AS 'p' || printf('%08x', mix32(xor(p::BIGINT, {salt(1431655765)})))"]
+            f"{mac} payer_id(p) AS 'p' || printf('%08x', mix32(xor(p::BIGINT, "
+            f"{salt(1431655765)})))"]
 
 # %% ../../nbs/40_risk_data.ipynb #6ac3bc27
-DEV2, FRAUD = 100_000_000, 200_000_000  # id-number offsets: secondary devices; fraud devices and payers
+# id-number offsets: secondary devices; fraud devices and payers
+DEV2, FRAUD = 100_000_000, 200_000_000
 SPIKE_LIFT = 0.55  # the spike adds this share of the game's usual weekly count
 
 def _sized(rows:int, base:int, minimum:int, cap:int=1000) -> int:
-    "A pattern size: `base` at 1M rows, growing with the square root of `rows`, within [minimum, cap]."
+    ("A pattern size: `base` at 1M rows, growing with the square root of `rows`, within "
+     "[minimum, cap].")
     return min(cap, max(minimum, round(base * math.sqrt(rows / 1e6))))
 
 @dataclass
@@ -108,11 +121,15 @@ class _Plan:
     rows: int; seed: int
     def __post_init__(self):
         r = self.rows
-        self.users = max(2000, r // 12); self.old_users = int(self.users * 0.94)  # the rest register inside the window
+        self.users = max(2000, r // 12)
+        self.old_users = int(self.users * 0.94)  # the rest register inside the window
         self.stride = self.old_users // 1000  # spacing of existing accounts picked by the patterns
         self.proxy_accounts, self.spike_accounts = _sized(r, 240, 160), _sized(r, 260, 200)
-        self.farm, self.refunders, self.mismatch_users = _sized(r, 180, 120), _sized(r, 60, 40), _sized(r, 80, 60, 140)
-        self.proxy_txns, self.mismatch_txns = max(5 * self.proxy_accounts, round(r * 0.004)), max(300, round(r * 0.002))
+        self.farm = _sized(r, 180, 120)
+        self.refunders = _sized(r, 60, 40)
+        self.mismatch_users = _sized(r, 80, 60, 140)
+        self.proxy_txns = max(5 * self.proxy_accounts, round(r * 0.004))
+        self.mismatch_txns = max(300, round(r * 0.002))
         self.farm_txns = round(self.farm * 3.5)
         fixed = self.proxy_txns + self.mismatch_txns + self.farm_txns + 6 * 45 + self.refunders * 9
         w = day_weights(); weekly_g02 = GAMES[1][4] * sum(w[55:83]) / sum(w) / 4
@@ -127,26 +144,32 @@ def _secs(k:str, a:dt.datetime, span:int) -> str:
     return f"{_ts_literal(a)} + to_seconds(floor(rnd({k}, 1001) * {span})::BIGINT)"
 
 def _reg_sql(p:_Plan) -> str:
-    "SQL for when player `k` registered: inside the window (new players), early May (the farm), or before."
+    ("SQL for when player `k` registered: inside the window (new players), early May (the "
+     "farm), or before.")
     old = _secs('k', dt.datetime(2024, 6, 1), (START - dt.datetime(2024, 6, 1)).days * 86400)
     farm_end = p.users + p.farm
     return (f"CASE WHEN k >= {p.old_users} AND k < {p.users} THEN {_secs('k', START, 84 * 86400)} "
-            f"WHEN k >= {p.users} AND k < {farm_end} THEN {_secs('k', dt.datetime(2026, 5, 6), 4 * 86400)} "
-            f"ELSE {old} END")
+            f"WHEN k >= {p.users} AND k < {farm_end} THEN "
+            f"{_secs('k', dt.datetime(2026, 5, 6), 4 * 86400)} ELSE {old} END")
 
 # %% ../../nbs/40_risk_data.ipynb #f8dec122
 def _player_macros(p:_Plan) -> list[str]:
     "SQL macros for per-player (and per-device) facts, consistent between purchases and tables."
-    regions, currencies, weights = [r[0] for r in REGIONS], [r[1] for r in REGIONS], [r[2] for r in REGIONS]
+    regions = [r[0] for r in REGIONS]
+    currencies = [r[1] for r in REGIONS]
+    weights = [r[2] for r in REGIONS]
     farm = f"k >= {p.users} AND k < {p.users + p.farm}"
-    os_ = _pick('rnd(d, 1006)', ['Android', 'iOS', 'HarmonyOS', 'Windows'], [0.55, 0.38, 0.05, 0.02])
+    os_ = _pick('rnd(d, 1006)', ['Android', 'iOS', 'HarmonyOS', 'Windows'],
+                [0.55, 0.38, 0.05, 0.02])
     game = _pick('rnd(k, 1002)', [g[0] for g in GAMES], [g[4] for g in GAMES])
     chan = _pick('rnd(k, 1003)', [c[0] for c in CHANNELS], [c[3] for c in CHANNELS])
     mac = 'CREATE OR REPLACE TEMP MACRO'
     return [
         f"{mac} reg_ts(k) AS ({_reg_sql(p)})",
-        f"{mac} region(k) AS (CASE WHEN {farm} THEN 'CN' ELSE {_pick('rnd(k, 1005)', regions, weights)} END)",
-        f"{mac} home_cur(k) AS (CASE WHEN {farm} THEN 'CNY' ELSE {_pick('rnd(k, 1005)', currencies, weights)} END)",
+        f"{mac} region(k) AS (CASE WHEN {farm} THEN 'CN' ELSE "
+        f"{_pick('rnd(k, 1005)', regions, weights)} END)",
+        f"{mac} home_cur(k) AS (CASE WHEN {farm} THEN 'CNY' ELSE "
+        f"{_pick('rnd(k, 1005)', currencies, weights)} END)",
         f"{mac} fav_game(k) AS {game}",
         f"{mac} pref_chan(k) AS {chan}",
         f"{mac} device_os(d) AS (CASE WHEN d >= {FRAUD} THEN 'Android' ELSE {os_} END)"]
@@ -159,7 +182,8 @@ def _rng(src:int):
     return lambda k: f"rnd(i, {src * 100 + k})"
 
 def _when(day:str, hour:str, u:str) -> str:
-    "SQL timestamp for day number `day` of the window, hour `hour` and a uniform `u` for the second."
+    ("SQL timestamp for day number `day` of the window, hour `hour` and a uniform `u` "
+     "for the second.")
     return (f"({_ts_literal(START)} + to_days(({day})::INTEGER) + to_hours(({hour})::INTEGER) "
             f"+ to_seconds(floor({u} * 3600)::INTEGER))")
 
@@ -168,61 +192,72 @@ def _hour(u:str) -> str: return _pick(u, list(range(24)), HOUR_WEIGHTS)
 # %% ../../nbs/40_risk_data.ipynb #94cefa27
 def _outcomes(failed:float, refunded:float, delay:tuple) -> tuple[str, str]:
     "SQL for a purchase's status and refund time, drawn from the uniforms `u_out` and `u_ref`."
-    status = (f"CASE WHEN u_out < {failed} THEN 'failed' WHEN u_out < {failed + refunded} THEN 'refunded' "
-              "ELSE 'success' END")
+    status = (f"CASE WHEN u_out < {failed} THEN 'failed' WHEN u_out < {failed + refunded} THEN "
+              "'refunded' ELSE 'success' END")
     refund = (f"CASE WHEN status = 'refunded' THEN least(ts + to_minutes(({delay[0]} + "
               f"floor(u_ref * {delay[1] - delay[0]}))::INTEGER), {_ts_literal(END)}) END")
     return status, refund
 
-def _pattern(src:int, incident:str|None, n:int, cols:dict, failed=0.03, refunded=0.02, delay=(60, 10080),
+def _pattern(src:int, incident:str|None, n:int, cols:dict, failed=0.03, refunded=0.02,
+             delay=(60, 10080),
              where='') -> str:
     "One source of purchases: `n` rows of `cols` (SQL by name), with outcomes and the incident tag."
     r, inner = _rng(src), ', '.join(f'{v} AS {k}' for k, v in cols.items())
     status, refund = _outcomes(failed, refunded, delay)
     tag = _lit(incident) if incident else 'NULL'
-    return (f"SELECT {src} AS src, i, {', '.join(_COLS)}, {status} AS status, {refund} AS refund_ts, "
-            f"{tag}::VARCHAR AS incident_id "
-            f"FROM (SELECT i, {inner}, {r(98)} AS u_out, {r(99)} AS u_ref FROM range({n}) t(i) {where})")
+    return (f"SELECT {src} AS src, i, {', '.join(_COLS)}, {status} AS status, {refund} AS "
+            f"refund_ts, {tag}::VARCHAR AS incident_id "
+            f"FROM (SELECT i, {inner}, {r(98)} AS u_out, {r(99)} AS u_ref FROM range({n}) "
+            f"t(i) {where})")
 
 # %% ../../nbs/40_risk_data.ipynb #2d9fbaa4
 def _normal_sql(p:_Plan) -> str:
     "The everyday purchases of ordinary players."
-    r, games, chans = _rng(0), [g[0] for g in GAMES], [c[0] for c in CHANNELS]
+    r = _rng(0)
+    games = [g[0] for g in GAMES]
+    chans = [c[0] for c in CHANNELS]
     trip = "CASE WHEN home_cur(uk) = 'USD' THEN 'HKD' ELSE 'USD' END"
     return _pattern(0, None, p.normal, dict(
         ts=_when(_pick(r(1), list(range(DAYS)), day_weights()), _hour(r(2)), r(3)),
         k0=f"floor({p.users} * pow({r(4)}, 1.3))::BIGINT",
         uk=f"CASE WHEN k0 >= {p.old_users} AND reg_ts(k0) > ts THEN k0 % {p.old_users} ELSE k0 END",
         dk=f"CASE WHEN rnd(uk, 1004) < 0.08 AND {r(5)} < 0.3 THEN {DEV2} + uk ELSE uk END", pk='uk',
-        game_id=f"CASE WHEN {r(6)} < 0.8 THEN fav_game(uk) ELSE {_pick(r(7), games, [g[4] for g in GAMES])} END",
+        game_id=f"CASE WHEN {r(6)} < 0.8 THEN fav_game(uk) ELSE "
+                f"{_pick(r(7), games, [g[4] for g in GAMES])} END",
         tpl=_pick(r(8), list(range(len(TIERS))), [t[3] for t in TIERS]),
         channel_id=f"CASE WHEN {r(9)} < 0.85 THEN pref_chan(uk) "
                    f"ELSE {_pick(r(10), chans, [c[3] for c in CHANNELS])} END",
-        currency=f"CASE WHEN {r(11)} < 0.0005 THEN {trip} ELSE home_cur(uk) END", price_factor='NULL::DOUBLE'))
+        currency=f"CASE WHEN {r(11)} < 0.0005 THEN {trip} ELSE home_cur(uk) END",
+        price_factor='NULL::DOUBLE'))
 
 # %% ../../nbs/40_risk_data.ipynb #b0a8b178
 def _proxy_sql(p:_Plan) -> str:
-    "INC-001 proxy_recharge: ring in g01 via c08 since 05-20, 4 devices, 3 payers, 72% of list price."
+    ("INC-001 proxy_recharge: ring in g01 via c08 since 05-20, 4 devices, 3 payers, 72% "
+     "of list price.")
     r = _rng(1)
     return _pattern(1, 'INC-001', p.proxy_txns, dict(
         ts=_when(f"48 + floor({r(1)} * 42)", f"10 + floor({r(2)} * 14)", r(3)),
         uk=f"(i % {p.proxy_accounts}) * {p.stride} + 1", dk=f"{FRAUD + 10000} + floor({r(4)} * 4)",
-        pk=f"{FRAUD + 10000} + floor({r(5)} * 3)", game_id="'g01'", tpl=f"CASE WHEN {r(6)} < 0.6 THEN 3 ELSE 4 END",
-        channel_id="'c08'", currency='home_cur(uk)', price_factor='0.72'), failed=0.02, refunded=0.0)
+        pk=f"{FRAUD + 10000} + floor({r(5)} * 3)", game_id="'g01'",
+        tpl=f"CASE WHEN {r(6)} < 0.6 THEN 3 ELSE 4 END", channel_id="'c08'",
+        currency='home_cur(uk)', price_factor='0.72'), failed=0.02, refunded=0.0)
 
 # %% ../../nbs/40_risk_data.ipynb #008a85e6
 def _farm_sql(p:_Plan) -> str:
     "INC-002 device_farm: new accounts in g03 on 6 devices paying ¥1/¥6 soon after registering."
     r = _rng(2)
     return _pattern(2, 'INC-002', p.farm_txns, dict(
-        uk=f"{p.users} + i % {p.farm}", ts=f"reg_ts(uk) + to_seconds((600 + floor({r(1)} * 172800))::INTEGER)",
+        uk=f"{p.users} + i % {p.farm}",
+        ts=f"reg_ts(uk) + to_seconds((600 + floor({r(1)} * 172800))::INTEGER)",
         dk=f"{FRAUD + 20000} + uk % 6", pk=f"{FRAUD + 20000} + uk - {p.users}", game_id="'g03'",
-        tpl=f"CASE WHEN {r(2)} < 0.5 THEN 9 ELSE 0 END", channel_id=f"CASE WHEN {r(3)} < 0.5 THEN 'c04' ELSE 'c05' END",
-        currency="'CNY'", price_factor='NULL::DOUBLE'), failed=0.05, refunded=0.0)
+        tpl=f"CASE WHEN {r(2)} < 0.5 THEN 9 ELSE 0 END",
+        channel_id=f"CASE WHEN {r(3)} < 0.5 THEN 'c04' ELSE 'c05' END", currency="'CNY'",
+        price_factor='NULL::DOUBLE'), failed=0.05, refunded=0.0)
 
 # %% ../../nbs/40_risk_data.ipynb #62dc5c51
 def _spike_sql(p:_Plan, n:int) -> str:
-    "INC-003 channel_spike: `n` purchases in g02 via c09 of g02-i05 in the last week, 3 devices, 2 payers."
+    ("INC-003 channel_spike: `n` purchases in g02 via c09 of g02-i05 in the last week, 3 "
+     "devices, 2 payers.")
     r = _rng(3)
     return _pattern(3, 'INC-003', n, dict(
         ts=_when(f"83 + floor({r(1)} * 7)", f"10 + floor({r(2)} * 14)", r(3)),
@@ -231,7 +266,8 @@ def _spike_sql(p:_Plan, n:int) -> str:
         currency='home_cur(uk)', price_factor='0.70'), failed=0.02, refunded=0.0)
 
 def _spike_size(con, p:_Plan) -> int:
-    "Purchases the spike adds: SPIKE_LIFT of g02's mean weekly count over the 4 weeks before the last."
+    ("Purchases the spike adds: SPIKE_LIFT of g02's mean weekly count over the 4 weeks "
+     "before the last.")
     n = con.execute("SELECT count(*) FROM stage WHERE game_id = 'g02' "
                     "AND ts >= DATE '2026-05-27' AND ts < DATE '2026-06-24'").fetchone()[0]
     return max(2 * p.spike_accounts, math.ceil(SPIKE_LIFT * n / 4))
@@ -246,15 +282,16 @@ def _velocity_sql(p:_Plan) -> str:
         ts=f"{start} + to_seconds(((i % 60) * 12 + floor({r(1)} * 10))::INTEGER)",
         uk=f"{b} * {37 * p.stride} + 3", dk='uk', pk='uk', game_id="'g04'",
         tpl=_pick(r(2), [0, 1, 8], [0.5, 0.3, 0.2]), channel_id="'c04'", currency='home_cur(uk)',
-        price_factor='NULL::DOUBLE'), failed=0.35, refunded=0.0, where=f"WHERE i % 60 < 30 + floor(rnd({b}, 452) * 31)")
+        price_factor='NULL::DOUBLE'), failed=0.35, refunded=0.0,
+                    where=f"WHERE i % 60 < 30 + floor(rnd({b}, 452) * 31)")
 
 # %% ../../nbs/40_risk_data.ipynb #b4062da4
 def _refund_sql(p:_Plan) -> str:
     "INC-005 refund_abuse: dedicated g05 players who refund 82% of 6-12 app-store purchases."
     r, first = _rng(5), p.users + p.farm
     return _pattern(5, 'INC-005', p.refunders * 12, dict(
-        ts=_when(f"floor({r(1)} * {DAYS})", _hour(r(2)), r(3)), uk=f"{first} + i // 12", dk='uk', pk='uk',
-        game_id="'g05'", tpl=_pick(r(4), [4, 5, 7, 8], [0.3, 0.2, 0.25, 0.25]),
+        ts=_when(f"floor({r(1)} * {DAYS})", _hour(r(2)), r(3)), uk=f"{first} + i // 12", dk='uk',
+        pk='uk', game_id="'g05'", tpl=_pick(r(4), [4, 5, 7, 8], [0.3, 0.2, 0.25, 0.25]),
         channel_id=f"CASE WHEN {r(5)} < 0.6 THEN 'c02' ELSE 'c03' END", currency='home_cur(uk)',
         price_factor='NULL::DOUBLE'), failed=0.04, refunded=0.82, delay=(120, 2160),
         where="WHERE i % 12 < 6 + floor(rnd(i // 12, 551) * 7)")
@@ -264,21 +301,26 @@ def _mismatch_sql(p:_Plan) -> str:
     "INC-006 currency_mismatch: June purchases in a foreign currency via c06 from 10 shared cards."
     r, games = _rng(6), [g[0] for g in GAMES]
     return _pattern(6, 'INC-006', p.mismatch_txns, dict(
-        ts=_when(f"60 + floor({r(1)} * 30)", _hour(r(2)), r(3)), uk=f"(i % {p.mismatch_users}) * {p.stride} + 4",
-        dk='uk', pk=f"{FRAUD + 60000} + floor({r(4)} * 10)", game_id=_pick(r(5), games, [g[4] for g in GAMES]),
+        ts=_when(f"60 + floor({r(1)} * 30)", _hour(r(2)), r(3)),
+        uk=f"(i % {p.mismatch_users}) * {p.stride} + 4", dk='uk',
+        pk=f"{FRAUD + 60000} + floor({r(4)} * 10)",
+        game_id=_pick(r(5), games, [g[4] for g in GAMES]),
         tpl=_pick(r(6), list(range(len(TIERS))), [t[3] for t in TIERS]), channel_id="'c06'",
-        currency="CASE WHEN home_cur(uk) = 'USD' THEN 'HKD' ELSE 'USD' END", price_factor='NULL::DOUBLE'))
+        currency="CASE WHEN home_cur(uk) = 'USD' THEN 'HKD' ELSE 'USD' END",
+        price_factor='NULL::DOUBLE'))
 
 # %% ../../nbs/40_risk_data.ipynb #07511759
 def _reference_tables(con):
     "games, items and channels from the catalogue."
-    con.execute("CREATE TABLE games(game_id VARCHAR PRIMARY KEY, game_name VARCHAR, genre VARCHAR, publisher VARCHAR)")
+    con.execute("CREATE TABLE games(game_id VARCHAR PRIMARY KEY, game_name VARCHAR, genre VARCHAR, "
+                "publisher VARCHAR)")
     con.executemany("INSERT INTO games VALUES (?, ?, ?, ?)", [g[:4] for g in GAMES])
-    con.execute("CREATE TABLE items(item_id VARCHAR PRIMARY KEY, game_id VARCHAR, item_name VARCHAR, price DOUBLE, "
-                "currency VARCHAR)")
+    con.execute("CREATE TABLE items(item_id VARCHAR PRIMARY KEY, game_id VARCHAR, item_name "
+                "VARCHAR, price DOUBLE, currency VARCHAR)")
     con.executemany("INSERT INTO items VALUES (?, ?, ?, ?, 'CNY')",
                     [(f'{g[0]}-{t[0]}', g[0], t[1].format(c=g[5]), t[2]) for g in GAMES for t in TIERS])
-    con.execute("CREATE TABLE channels(channel_id VARCHAR PRIMARY KEY, channel_name VARCHAR, channel_type VARCHAR)")
+    con.execute("CREATE TABLE channels(channel_id VARCHAR PRIMARY KEY, channel_name VARCHAR, "
+                "channel_type VARCHAR)")
     con.executemany("INSERT INTO channels VALUES (?, ?, ?)", [c[:3] for c in CHANNELS])
 
 # %% ../../nbs/40_risk_data.ipynb #4dd1df94
@@ -295,13 +337,15 @@ def _transactions(con):
     con.execute("""CREATE TABLE transactions(txn_id BIGINT PRIMARY KEY, ts TIMESTAMP, user_id VARCHAR, muid VARCHAR,
         payer_id VARCHAR, game_id VARCHAR, item_id VARCHAR, channel_id VARCHAR, currency VARCHAR, amount DOUBLE,
         amount_cny DOUBLE, status VARCHAR, refund_ts TIMESTAMP)""")
-    con.execute("INSERT INTO transactions SELECT * EXCLUDE (incident_id) FROM numbered ORDER BY txn_id")
+    con.execute("INSERT INTO transactions SELECT * EXCLUDE (incident_id) FROM numbered "
+                "ORDER BY txn_id")
     con.execute("CREATE TABLE fraud_labels AS SELECT txn_id, incident_id FROM numbered "
                 "WHERE incident_id IS NOT NULL ORDER BY txn_id")
 
 # %% ../../nbs/40_risk_data.ipynb #8a65b347
 def _people(con, p:_Plan):
-    "users (every player, ordered by id so fraud accounts don't sit together) and devices (those seen paying)."
+    ("users (every player, ordered by id so fraud accounts don't sit together) and devices (those "
+     "seen paying).")
     con.execute(f"""CREATE TABLE users AS SELECT user_id(k) AS user_id, reg_ts(k) AS register_ts, region(k) AS region,
         home_cur(k) AS home_currency FROM range({p.all_users}) t(k) ORDER BY user_id""")
     con.execute(f"""CREATE TABLE devices AS SELECT muid(dk) AS muid, any_value(device_os(dk)) AS os,
@@ -310,23 +354,28 @@ def _people(con, p:_Plan):
 
 # %% ../../nbs/40_risk_data.ipynb #bbf321ed
 _DESCRIPTIONS = {
-    'proxy_recharge': "代充 proxy-recharge ring: {users} accounts topped up {txns} times from {muids} devices "
-                      "and {payers} payers through a discount channel at ~72% of list price.",
-    'device_farm': "Device farm (设备农场): {users} new accounts registered in a burst and paying small amounts "
-                   "from {muids} devices.",
-    'channel_spike': "Last-week recharge spike (充值量突增) driven by one discount channel: a 代充 ring bought one item "
-                     "{txns} times for {users} accounts from {muids} devices and {payers} payers.",
-    'velocity_burst': "Velocity burst (高频交易): {users} accounts each made dozens of payments within minutes; "
-                      "many failed.",
-    'refund_abuse': "Refund abuse (退款滥用): {users} accounts refunded most of what they paid ({txns} payments).",
-    'currency_mismatch': "Currency mismatch (币种异常): {txns} payments in a currency that is neither the user's "
-                         "home currency nor the item's, concentrated in one channel, from {payers} payers."}
+    'proxy_recharge': "代充 proxy-recharge ring: {users} accounts topped up {txns} times from "
+                      "{muids} devices and {payers} payers through a discount channel at ~72% "
+                      "of list price.",
+    'device_farm': "Device farm (设备农场): {users} new accounts registered in a burst and "
+                   "paying small amounts from {muids} devices.",
+    'channel_spike': "Last-week recharge spike (充值量突增) driven by one discount channel: a "
+                     "代充 ring bought one item {txns} times for {users} accounts from {muids} "
+                     "devices and {payers} payers.",
+    'velocity_burst': "Velocity burst (高频交易): {users} accounts each made dozens of "
+                      "payments within minutes; many failed.",
+    'refund_abuse': "Refund abuse (退款滥用): {users} accounts refunded most of what they paid "
+                    "({txns} payments).",
+    'currency_mismatch': "Currency mismatch (币种异常): {txns} payments in a currency that is "
+                         "neither the user's home currency nor the item's, concentrated in one "
+                         "channel, from {payers} payers."}
 
-def _incident_row(iid, start, end, txns, games, channels, items, users, muids, payers, currencies) -> tuple:
+def _incident_row(iid, start, end, txns, games, channels, items, users, muids, payers,
+                  currencies) -> tuple:
     "One fraud_incidents row from an incident's summary: its pattern, description and entities."
     pattern = PATTERNS[int(iid[-3:]) - 1]
-    ents = dict(txns=txns, items=items, users=users, muids=muids, payers=payers, currencies=currencies,
-                channels=channels, games=games)
+    ents = dict(txns=txns, items=items, users=users, muids=muids, payers=payers,
+                currencies=currencies, channels=channels, games=games)
     desc = _DESCRIPTIONS[pattern].format(**{k: len(v) if isinstance(v, list) else v for k, v in ents.items()})
     one = lambda xs: xs[0] if len(xs) == 1 else None
     return (iid, pattern, desc, start, end, one(games), one(channels), json.dumps(ents))
@@ -341,24 +390,29 @@ def _incidents(con):
         FROM fraud_labels JOIN transactions USING (txn_id) GROUP BY incident_id ORDER BY incident_id""").fetchall()
     con.execute("""CREATE TABLE fraud_incidents(incident_id VARCHAR PRIMARY KEY, pattern VARCHAR, description VARCHAR,
         start_ts TIMESTAMP, end_ts TIMESTAMP, game_id VARCHAR, channel_id VARCHAR, key_entities VARCHAR)""")
-    con.executemany("INSERT INTO fraud_incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [_incident_row(*r) for r in rows])
+    con.executemany("INSERT INTO fraud_incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_incident_row(*r) for r in rows])
 
 # %% ../../nbs/40_risk_data.ipynb #4c692c51
 def _meta(p:_Plan, n:int) -> dict:
-    return {'seed': str(p.seed), 'rows': str(p.rows), 'transactions': str(n), 'schema_version': SCHEMA_VERSION,
+    return {'seed': str(p.seed), 'rows': str(p.rows), 'transactions': str(n),
+            'schema_version': SCHEMA_VERSION,
             'built_with': f'reach_nb {reach_nb.__version__}, duckdb {duckdb.__version__}',
             'start': f'{START:%Y-%m-%d %H:%M:%S}', 'end': f'{END:%Y-%m-%d %H:%M:%S}',
             'last_week': f'{LAST_WEEK[0]} .. {LAST_WEEK[1]}', 'complete': 'true'}
 
-_STAGES = ('catalogue', 'purchases', 'spike', 'transactions', 'players and devices', 'incidents', 'meta')
+_STAGES = ('catalogue', 'purchases', 'spike', 'transactions', 'players and devices', 'incidents',
+           'meta')
 
 def _generate(con, p:_Plan, tick=None):
-    "Write every table of a dataset of plan `p` into the open connection `con`, calling `tick(stage)` after each stage."
+    ("Write every table of a dataset of plan `p` into the open connection `con`, calling "
+     "`tick(stage)` after each stage.")
     tick = tick or (lambda stage: None)
     con.execute("SET enable_progress_bar = false")
     for m in _base_macros(p.seed) + _player_macros(p): con.execute(m)
     _reference_tables(con); tick('catalogue')
-    parts = [_normal_sql(p), _proxy_sql(p), _farm_sql(p), _velocity_sql(p), _refund_sql(p), _mismatch_sql(p)]
+    parts = [_normal_sql(p), _proxy_sql(p), _farm_sql(p), _velocity_sql(p), _refund_sql(p),
+             _mismatch_sql(p)]
     con.execute("CREATE TEMP TABLE stage AS " + " UNION ALL ".join(parts)); tick('purchases')
     con.execute("INSERT INTO stage " + _spike_sql(p, _spike_size(con, p))); tick('spike')
     _transactions(con); tick('transactions')
@@ -366,7 +420,8 @@ def _generate(con, p:_Plan, tick=None):
     _incidents(con); tick('incidents')
     n = con.execute("SELECT count(*) FROM transactions").fetchone()[0]
     con.execute("CREATE TABLE dataset_meta(key VARCHAR PRIMARY KEY, value VARCHAR)")
-    con.executemany("INSERT INTO dataset_meta VALUES (?, ?)", list(_meta(p, n).items())); tick('meta')
+    con.executemany("INSERT INTO dataset_meta VALUES (?, ?)",
+                    list(_meta(p, n).items())); tick('meta')
 
 # %% ../../nbs/40_risk_data.ipynb #5e3ac27a
 def _writable(d:Path) -> bool:
@@ -399,15 +454,18 @@ def _build_lock(path:Path):
 
 # %% ../../nbs/40_risk_data.ipynb #8edf8e06
 def read_meta(path:Path|str) -> dict|None:
-    "The `dataset_meta` of a finished dataset at `path`, or None if there is none (missing, partial, other schema)."
+    ("The `dataset_meta` of a finished dataset at `path`, or None if there is none (missing, "
+     "partial, other schema).")
     path = Path(path)
     if not path.exists(): return None
     try:
         with duckdb.connect(str(path), read_only=True) as con:
             meta = dict(con.execute("SELECT key, value FROM dataset_meta").fetchall())
     except duckdb.Error as e:
-        if _in_use(e): raise RuntimeError(f"{path} is open for writing (by another process, or read-write in this "
-                                          "one); close that connection, or open it with read_only=True.") from e
+        if _in_use(e):
+            raise RuntimeError(f"{path} is open for writing (by another process, or read-write in "
+                               "this one); close that connection, or open it with "
+                               "read_only=True.") from e
         return None
     return meta if meta.get('complete') == 'true' and meta.get('schema_version') == SCHEMA_VERSION else None
 
@@ -420,14 +478,15 @@ def _fits(meta:dict|None, rows:int|None, seed:int|None) -> bool:
 
 # %% ../../nbs/40_risk_data.ipynb #302ce69d
 class DatasetPath(type(Path())):
-    "A dataset's path that knows whether `build_dataset` reused a finished dataset (`reused=True`) or built it."
+    ("A dataset's path that knows whether `build_dataset` reused a finished dataset "
+     "(`reused=True`) or built it.")
     reused: bool = False
 
 def _dataset_path(path:Path, reused:bool, progress:bool=False) -> DatasetPath:
     if reused and progress:
         m = read_meta(path) or {}
-        print(f"Reusing the finished dataset at {path} ({int(m.get('rows', 0)):,} rows, seed {m.get('seed')}); "
-              "force=True rebuilds it.", file=sys.stderr, flush=True)
+        print(f"Reusing the finished dataset at {path} ({int(m.get('rows', 0)):,} rows, seed "
+              f"{m.get('seed')}); force=True rebuilds it.", file=sys.stderr, flush=True)
     out = DatasetPath(path); out.reused = reused
     return out
 
@@ -436,7 +495,8 @@ def _check_rows(rows):
     if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 10_000: return
     positive = isinstance(rows, int) and rows > 0
     what = 'too small for the patterns to mean anything' if positive else 'not a positive number of transactions'
-    raise UserError(f"rows={rows!r} is {what}", 'rows', 'use rows >= 10000 (the default is 1,000,000)')
+    raise UserError(f"rows={rows!r} is {what}", 'rows',
+                    'use rows >= 10000 (the default is 1,000,000)')
 
 def _check_folder(path:Path):
     "A `UserError` naming the folder when a dataset cannot be built in it."
@@ -444,7 +504,8 @@ def _check_folder(path:Path):
     m = read_meta(path)
     holds = f"holds a dataset of {m['rows']} rows, seed {m['seed']}, not the one asked for" if m else \
             'holds no finished dataset'
-    raise UserError(f"cannot build the risk dataset: the folder is not writable and {holds}", str(path.parent),
+    raise UserError(f"cannot build the risk dataset: the folder is not writable and {holds}",
+                    str(path.parent),
                     "make it writable, or point REACH_DATA_DB at a file in a writable folder "
                     "(or set data_dir in settings.ini)")
 
@@ -453,12 +514,14 @@ def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
     "Generate into `<path>.building`, then rename over `path`; call holding the build lock."
     tmp = Path(f'{path}.building')
     for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)  # a killed earlier build
-    bar = tqdm(total=len(_STAGES), desc=f"Building {path.name} ({rows:,} rows, seed {seed})", unit='stage',
-               file=sys.stderr, disable=not progress)
+    bar = tqdm(total=len(_STAGES), desc=f"Building {path.name} ({rows:,} rows, seed {seed})",
+               unit='stage', file=sys.stderr, disable=not progress)
     try:
         with duckdb.connect(str(tmp)) as con:
-            _generate(con, _Plan(rows, seed), lambda stage: (bar.set_postfix_str(stage), bar.update()))
-        Path(f'{path}.wal').unlink(missing_ok=True)  # a stale log must not be replayed onto the new file
+            _generate(con, _Plan(rows, seed),
+                      lambda stage: (bar.set_postfix_str(stage), bar.update()))
+        # a stale log must not be replayed onto the new file
+        Path(f'{path}.wal').unlink(missing_ok=True)
         os.replace(tmp, path)
     finally:
         bar.close()
@@ -472,13 +535,16 @@ def build_dataset(path:Path|str|None=None, # target file; default `default_db_pa
                   force:bool=False, # rebuild even if a finished dataset of this size and seed is there
                   progress:bool=False, # show a progress bar on stderr, and say so when a dataset is reused
                  ) -> DatasetPath:
-    "Build the sample risk dataset at `path` (atomically) unless an identical one is there; `.reused` says which."
+    ("Build the sample risk dataset at `path` (atomically) unless an identical one is there; "
+     "`.reused` says which.")
     _check_rows(rows)
     path = Path(path) if path else default_db_path()
-    if not force and _fits(read_meta(path), rows, seed): return _dataset_path(path, True, progress)  # no lock to read
+    # no lock to read
+    if not force and _fits(read_meta(path), rows, seed): return _dataset_path(path, True, progress)
     _check_folder(path)
     with _build_lock(path):
-        if not force and _fits(read_meta(path), rows, seed): return _dataset_path(path, True, progress)
+        if not force and _fits(read_meta(path), rows, seed):
+            return _dataset_path(path, True, progress)
         return _dataset_path(_build(path, rows, seed, progress), False)
 
 # %% ../../nbs/40_risk_data.ipynb #b5dcef98
@@ -509,5 +575,7 @@ def ensure_dataset(path:Path|str|None=None, # default `default_db_path()`
     if _fits(read_meta(path), rows, seed): return path
     _check_folder(path)
     with _build_lock(path):
-        if _fits(read_meta(path), rows, seed): return path  # another process built it while we waited
-        return _build(path, DEFAULT_ROWS if rows is None else rows, DEFAULT_SEED if seed is None else seed, progress)
+        # another process built it while we waited
+        if _fits(read_meta(path), rows, seed): return path
+        return _build(path, DEFAULT_ROWS if rows is None else rows,
+                      DEFAULT_SEED if seed is None else seed, progress)

@@ -87,8 +87,8 @@ _TINY_SQL = _TINY_TABLES + _TINY_PAYMENTS + _TINY_TRUTH
 def tiny_dataset(path:str|Path, # where to write the DuckDB file
                  rows:int=5000, # normal transactions; the planted ones come on top
                  force:bool=False) -> Path: # rebuild even if the file exists
-    ("A small risk dataset with the real schema and a planted spike, for examples and tests that must not wait "
-     "for the generator.")
+    ("A small risk dataset with the real schema and a planted spike, for examples and tests that "
+     "must not wait for the generator.")
     path = Path(path)
     if path.exists() and not force: return path
     for p in (path, Path(f'{path}.wal')): p.unlink(missing_ok=True)
@@ -104,32 +104,37 @@ def tiny_dataset(path:str|Path, # where to write the DuckDB file
 # %% ../../nbs/41_risk_db.ipynb #efa9ce8b
 DATASETS: dict[str, dict] = {'transactions': dict(
     category='payments',
-    description='one row per recharge (充值) attempt: who paid, from which device, for which game and item, '
-                'through which channel, how much',
+    description='one row per recharge (充值) attempt: who paid, from which device, for which '
+                'game and item, through which channel, how much',
     fields=dict(
-        txn_id='unique id of the attempt', ts='when it was made', user_id='the game account topped up',
-        muid='the device it was made from (machine id)',
-        payer_id='the paying account or card; normally one per user, shared when accounts are topped up by others',
-        game_id='the game (the "business" dimension); see games', item_id='what was bought; see items',
-        channel_id='the payment channel; see channels', currency='the currency paid in',
-        amount='the amount in that currency', amount_cny='the amount in CNY; compare amounts with this',
+        txn_id='unique id of the attempt', ts='when it was made',
+        user_id='the game account topped up', muid='the device it was made from (machine id)',
+        payer_id='the paying account or card; normally one per user, shared when accounts are '
+                 'topped up by others',
+        game_id='the game (the "business" dimension); see games',
+        item_id='what was bought; see items', channel_id='the payment channel; see channels',
+        currency='the currency paid in', amount='the amount in that currency',
+        amount_cny='the amount in CNY; compare amounts with this',
         status="'success', 'refunded' (paid, later refunded) or 'failed' (not paid)",
         refund_ts='when it was refunded; empty unless refunded'))}
 
 # %% ../../nbs/41_risk_db.ipynb #af29ae2d
 DATASETS |= {
-    'games': dict(category='dimensions', description='the games (the "business" dimension)', fields=dict(
+    'games': dict(category='dimensions', description='the games (the "business" dimension)',
+                  fields=dict(
         game_id='game id', game_name='title', genre='genre', publisher='publisher')),
     'items': dict(category='dimensions', description='what can be bought in each game', fields=dict(
-        item_id='item id', game_id='the game selling it', item_name='name (gem pack, monthly card, ...)',
-        price='list price', currency='currency of the list price')),
+        item_id='item id', game_id='the game selling it',
+        item_name='name (gem pack, monthly card, ...)', price='list price',
+        currency='currency of the list price')),
     'channels': dict(category='dimensions', description='payment channels', fields=dict(
         channel_id='channel id', channel_name='name',
         channel_type="'official', 'app_store', 'wallet', 'third_party' or 'discount' "
                      "(resellers selling top-ups below list price)")),
     'users': dict(category='dimensions', description='game accounts', fields=dict(
         user_id='account id', register_ts='when the account was registered',
-        region='region code (CN, HK, TW, SG, US, JP)', home_currency="the currency of the account's region")),
+        region='region code (CN, HK, TW, SG, US, JP)',
+        home_currency="the currency of the account's region")),
     'devices': dict(category='dimensions', description='devices that made payments', fields=dict(
         muid='device id', os='operating system', first_seen='when the device was first seen'))}
 
@@ -139,9 +144,9 @@ DIMENSIONS = ('user_id', 'muid', 'payer_id', 'item_id', 'channel_id', 'game_id',
 # the six places a jump shows: user, device, item, channel, business, currency
 DEFAULT_DIMS = ['user_id', 'muid', 'item_id', 'channel_id', 'game_id', 'currency']
 FILTER_COLUMNS = DIMENSIONS + ('status',)
-DIM_ALIASES = {'user': 'user_id', 'account': 'user_id', 'uid': 'user_id', 'device': 'muid', 'device_id': 'muid',
-               'payer': 'payer_id', 'item': 'item_id', 'channel': 'channel_id', 'game': 'game_id',
-               'business': 'game_id'}
+DIM_ALIASES = {'user': 'user_id', 'account': 'user_id', 'uid': 'user_id', 'device': 'muid',
+               'device_id': 'muid', 'payer': 'payer_id', 'item': 'item_id', 'channel': 'channel_id',
+               'game': 'game_id', 'business': 'game_id'}
 
 # %% ../../nbs/41_risk_db.ipynb #161396b8
 def check_column(name:str, # the name the model gave
@@ -160,24 +165,29 @@ _TIME_WORDS = {'ts', 'time', 'date', 'day', 'start', 'end', 'window', 'period'}
 
 def _filter_values(col:str, v) -> list[str]:
     vals = list(v) if isinstance(v, (list, tuple, set)) else [v]
-    if not 1 <= len(vals) <= 100: raise ValueError(f"filter {short_repr(col)} needs 1 to 100 values, got {len(vals)}")
+    if not 1 <= len(vals) <= 100:
+        raise ValueError(f"filter {short_repr(col)} needs 1 to 100 values, got {len(vals)}")
     if any(isinstance(x, (dict, list)) or x is None for x in vals):
-        raise ValueError(f"filter {short_repr(col)} takes a value or a list of values, got {short_repr(v)}")
+        raise ValueError(f"filter {short_repr(col)} takes a value or a list of values, got "
+                         f"{short_repr(v)}")
     return [str(x) for x in vals]
 
 def check_filters(filters:dict|None) -> dict[str, list[str]]:
     "Filters as {column: [values]}, with every column checked; a ValueError says what is allowed."
     if not filters: return {}
     if not isinstance(filters, dict):
-        raise ValueError("filters must be an object like {'game_id': 'g02'} or {'channel_id': ['c05', 'c07']}, "
+        raise ValueError("filters must be an object like {'game_id': 'g02'} or {'channel_id': "
+                         "['c05', 'c07']}, "
                          f"got {short_repr(filters)}")
     if _TIME_WORDS & {str(k).lower() for k in filters}:
-        raise ValueError("time is set with start/end (and baseline_start/baseline_end), not with filters")
+        raise ValueError("time is set with start/end (and baseline_start/baseline_end), not "
+                         "with filters")
     return {check_column(k, FILTER_COLUMNS, 'filter column'): _filter_values(k, v) for k, v in filters.items()}
 
 # %% ../../nbs/41_risk_db.ipynb #2d718b90
 def _day(v, name:str) -> date:
-    "A date from exactly 'YYYY-MM-DD' (also '2026/06/24', '20260624' or a timestamp string); anything else is refused."
+    ("A date from exactly 'YYYY-MM-DD' (also '2026/06/24', '20260624' or a timestamp string); "
+     "anything else is refused.")
     if isinstance(v, datetime): return v.date()
     if isinstance(v, date): return v
     s = v.strip().replace('/', '-') if isinstance(v, str) and len(v) <= 40 else ''
@@ -188,7 +198,8 @@ def _day(v, name:str) -> date:
 
 # %% ../../nbs/41_risk_db.ipynb #81856f30
 class Window(BaseModel):
-    "A task's time frame: the window analysed and the baseline it is compared with, in whole days (both ends included)."
+    ("A task's time frame: the window analysed and the baseline it is compared with, in whole days "
+     "(both ends included).")
     start: date
     end: date
     baseline_start: date
@@ -205,23 +216,28 @@ class Window(BaseModel):
         return dict(ws=t(self.start), we=t(self.end + timedelta(1)),
                     bs=t(self.baseline_start), be=t(self.baseline_end + timedelta(1)))
     def __str__(self): return (f"window {self.start}..{self.end} ({self.days} days) vs baseline "
-                               f"{self.baseline_start}..{self.baseline_end} ({self.baseline_days} days)")
+                               f"{self.baseline_start}..{self.baseline_end} "
+                               f"({self.baseline_days} days)")
 
 # %% ../../nbs/41_risk_db.ipynb #7bcbb47c
 def _clip(a:date, b:date, lo:date, hi:date, what:str) -> tuple[date, date, list[str]]:
     "`a..b` cut to the data's `lo..hi`, with a note if it changed; a ValueError if nothing is left."
     if b < lo or a > hi:
-        raise ValueError(f"the {what} {a}..{b} is outside the data, which covers {lo}..{hi}; choose dates inside it")
+        raise ValueError(f"the {what} {a}..{b} is outside the data, which covers {lo}..{hi}; "
+                         "choose dates inside it")
     a2, b2 = max(a, lo), min(b, hi)
     return a2, b2, [f"{what} clipped to {a2}..{b2} (the data covers {lo}..{hi})"] if (a2, b2) != (a, b) else []
 
 # %% ../../nbs/41_risk_db.ipynb #39042888
 def make_window(start, end, # the window's first and last day, 'YYYY-MM-DD'
-                baseline_start=None, baseline_end=None, # the baseline's; default: the 4 weeks before start
+                baseline_start=None,
+                baseline_end=None, # the baseline's; default: the 4 weeks before start
                 data_range:tuple[date, date]|None=None) -> tuple[Window, list[str]]: # clip to (first, last) day of data
     "A checked `Window` and notes on what was adjusted."
     s, e = _day(start, 'start'), _day(end, 'end')
-    if e < s: raise ValueError(f"end {e} is before start {s}; dates are 'YYYY-MM-DD' and both ends are included")
+    if e < s:
+        raise ValueError(f"end {e} is before start {s}; dates are 'YYYY-MM-DD' and both ends "
+                         "are included")
     notes = []
     if data_range: s, e, notes = _clip(s, e, *data_range, 'window')
     be = _day(baseline_end, 'baseline_end') if baseline_end else s - timedelta(1)
@@ -232,7 +248,8 @@ def make_window(start, end, # the window's first and last day, 'YYYY-MM-DD'
                          "it must end before start (or begin after end)")
     if data_range:
         try: bs, be, more = _clip(bs, be, *data_range, 'baseline')
-        except ValueError as err: raise ValueError(f"{err}; give baseline_start/baseline_end explicitly") from None
+        except ValueError as err:
+            raise ValueError(f"{err}; give baseline_start/baseline_end explicitly") from None
         notes += more
     return Window(start=s, end=e, baseline_start=bs, baseline_end=be), notes
 
@@ -241,7 +258,8 @@ class QueryTimeout(RuntimeError):
     "A query ran past the workspace's time limit."
 
 def _interrupt_until(cur, done:threading.Event):
-    "Interrupt `cur` every 10 ms until `done` is set (an interrupt that comes before the query starts is lost)."
+    ("Interrupt `cur` every 10 ms until `done` is set (an interrupt that comes before the query "
+     "starts is lost).")
     while not done.is_set():
         cur.interrupt()
         done.wait(0.01)
@@ -257,12 +275,15 @@ def duckdb_config(settings=None) -> dict:
     ("The tools' DuckDB options from the settings (`duckdb_threads`, `duckdb_memory_limit`; "
      "empty or 0: DuckDB's default).")
     s = settings or load_settings()
-    return {k: v for k, v in dict(threads=s.duckdb_threads, memory_limit=s.duckdb_memory_limit).items() if v}
+    return {k: v for k, v in dict(threads=s.duckdb_threads,
+                                  memory_limit=s.duckdb_memory_limit).items() if v}
 
-def _locked(con) -> bool: return bool(con.execute("SELECT current_setting('lock_configuration')").fetchone()[0])
+def _locked(con) -> bool:
+    return bool(con.execute("SELECT current_setting('lock_configuration')").fetchone()[0])
 
 def configure_duckdb(con, options:dict): # e.g. {'threads': 1, 'memory_limit': '300MB'}
-    "SET DuckDB options on `con` and return it; on a `RiskDB`'s connection (locked), reopen that RiskDB with them."
+    ("SET DuckDB options on `con` and return it; on a `RiskDB`'s connection (locked), reopen that "
+     "RiskDB with them.")
     if _locked(con):
         owner = _OWNERS.get(id(con))
         if owner is None or owner.con is not con: raise ValueError(
@@ -271,19 +292,20 @@ def configure_duckdb(con, options:dict): # e.g. {'threads': 1, 'memory_limit': '
         return owner.reconfigure(options).con
     for k, v in options.items():
         if not re.fullmatch(r'[a-z_]+', str(k)) or not re.fullmatch(r'[\w. ]+', str(v)):
-            raise ValueError(f"Bad DuckDB option {k!r} = {v!r}: use a setting name like 'threads' or 'memory_limit' "
-                             "and a plain value like 2 or '300MB'.")
+            raise ValueError(f"Bad DuckDB option {k!r} = {v!r}: use a setting name like 'threads' "
+                             "or 'memory_limit' and a plain value like 2 or '300MB'.")
         con.execute(f"SET {k} = '{v}'")
     return con
 
 # %% ../../nbs/41_risk_db.ipynb #6060009c
-_LOCKED_OFF = ('enable_external_access', 'autoload_known_extensions', 'autoinstall_known_extensions',
-               'allow_community_extensions')
+_LOCKED_OFF = ('enable_external_access', 'autoload_known_extensions',
+               'autoinstall_known_extensions', 'allow_community_extensions')
 _CONFIGS: dict[str, dict] = {}  # the DuckDB options each file was opened with in this process
 _OWNERS = weakref.WeakValueDictionary()  # id(connection) -> the RiskDB holding it
 
 def lock_down(con):
-    "Refuse files outside the database and extensions on `con`, then lock its configuration; returns `con`."
+    ("Refuse files outside the database and extensions on `con`, then lock its configuration; "
+     "returns `con`.")
     for k in _LOCKED_OFF:
         try: con.execute(f"SET {k} = false")
         except duckdb.CatalogException: pass  # an option this DuckDB version does not have
@@ -291,7 +313,8 @@ def lock_down(con):
     return con
 
 # %% ../../nbs/41_risk_db.ipynb #84df8598
-_OPENING = threading.Lock()  # one thread at a time opens and locks: another could find a file half configured
+# one thread at a time opens and locks: another could find a file half configured
+_OPENING = threading.Lock()
 
 def _open_locked(path:Path, config:dict):
     "A read-only connection to `path` with the DuckDB options `config`, locked down."
@@ -304,14 +327,15 @@ def _open(path:Path, config:dict):
         return lock_down(configure_duckdb(con, config))
     if _CONFIGS.get(key, config) != config:
         con.close()
-        raise ValueError(f"{path} is already open in this process with DuckDB options {_CONFIGS[key]}, and DuckDB "
-                         "keeps one configuration per file: close the other RiskDB first, or open this one "
-                         "with the same options.")
+        raise ValueError(f"{path} is already open in this process with DuckDB options "
+                         f"{_CONFIGS[key]}, and DuckDB keeps one configuration per file: close the "
+                         "other RiskDB first, or open this one with the same options.")
     return con
 
 # %% ../../nbs/41_risk_db.ipynb #3bab792f
 class RiskDB:
-    "A read-only, locked-down DuckDB connection to a risk dataset: catalogued tables and columns, row and time limits."
+    ("A read-only, locked-down DuckDB connection to a risk dataset: catalogued tables and columns, "
+     "row and time limits.")
     def __init__(self, path:str|Path, # the DuckDB file
                  row_limit:int=1000, # most rows a query returns
                  query_timeout:float=20.0, # seconds before a query is interrupted
@@ -319,8 +343,12 @@ class RiskDB:
                  config:dict|None=None):
         self.path = Path(path)
         if not self.path.exists(): raise FileNotFoundError(
-            f"No dataset at {self.path}; build one with reach_nb.risk.data.build_dataset() or tiny_dataset(path).")
-        self.row_limit, self.query_timeout, self._lock, self._cache = row_limit, query_timeout, threading.Lock(), {}
+            f"No dataset at {self.path}; build one with reach_nb.risk.data.build_dataset() or "
+            "tiny_dataset(path).")
+        self.row_limit = row_limit
+        self.query_timeout = query_timeout
+        self._lock = threading.Lock()
+        self._cache = {}
         self.config = duckdb_config() if config is None else dict(config)
         self.con = _open_locked(self.path, self.config)
         _OWNERS[id(self.con)] = self
@@ -330,7 +358,8 @@ class RiskDB:
 
     def close(self): self.con.close()
     def __repr__(self):
-        return f"RiskDB({self.path.name}, row_limit={self.row_limit}, query_timeout={self.query_timeout:g})"
+        return (f"RiskDB({self.path.name}, row_limit={self.row_limit}, "
+                f"query_timeout={self.query_timeout:g})")
 
 # %% ../../nbs/41_risk_db.ipynb #58001b2a
 @patch
@@ -342,7 +371,8 @@ def _timed(self:RiskDB, go:Callable):
     timer.start()
     try: return go(cur)
     except duckdb.InterruptException:
-        raise QueryTimeout(f"query exceeded {self.query_timeout:g} s; narrow the window or filters") from None
+        raise QueryTimeout(f"query exceeded {self.query_timeout:g} s; narrow the "
+                           "window or filters") from None
     finally: done.set(); timer.cancel(); cur.close()
 
 def _bound(sql:str, params:dict|None) -> dict:
@@ -352,7 +382,8 @@ def _bound(sql:str, params:dict|None) -> dict:
 
 @patch
 def run(self:RiskDB, sql:str, params:dict|None=None, limit:int|None=None) -> Rows:
-    "Run one query with bound parameters, at most `limit` rows (default `row_limit`) and the time limit."
+    ("Run one query with bound parameters, at most `limit` rows (default `row_limit`) and "
+     "the time limit.")
     limit = int(limit or self.row_limit)
     def go(cur):
         rows = cur.execute(f"{sql}\nLIMIT {limit + 1}", _bound(sql, params)).fetchall()
@@ -361,7 +392,8 @@ def run(self:RiskDB, sql:str, params:dict|None=None, limit:int|None=None) -> Row
 
 @patch
 def rows_of(self:RiskDB, sql:str, params:dict|None=None, max_rows:int=10_000) -> list[tuple]:
-    "The rows of `sql` as written (its own ORDER BY and LIMIT) within the time limit; a `ValueError` past `max_rows`."
+    ("The rows of `sql` as written (its own ORDER BY and LIMIT) within the time limit; a "
+     "`ValueError` past `max_rows`.")
     rows = self._timed(lambda cur: cur.execute(sql, _bound(sql, params)).fetchmany(max_rows + 1))
     if len(rows) > max_rows: raise ValueError(f'the query returns more than {max_rows:,} rows')
     return rows
@@ -369,7 +401,8 @@ def rows_of(self:RiskDB, sql:str, params:dict|None=None, max_rows:int=10_000) ->
 # %% ../../nbs/41_risk_db.ipynb #70feb964
 @patch
 def reconfigure(self:RiskDB, options:dict) -> RiskDB:
-    "Reopen the connection with `options` added to its DuckDB options (they cannot change once it is locked)."
+    ("Reopen the connection with `options` added to its DuckDB options (they cannot change once "
+     "it is locked).")
     config = self.config | dict(options)
     if config == self.config: return self
     self.con.close()
@@ -402,7 +435,8 @@ def has(self:RiskDB, col:str) -> bool:
 def count(self:RiskDB, table:str) -> int:
     "Rows in a catalogued table."
     if table not in self.columns: raise ValueError(f"unknown dataset {table!r}")
-    return self._cached(f'count:{table}', lambda: self.run(f'SELECT count(*) FROM "{table}"').rows[0][0])
+    return self._cached(f'count:{table}',
+                        lambda: self.run(f'SELECT count(*) FROM "{table}"').rows[0][0])
 
 @patch
 def date_range(self:RiskDB) -> tuple[date, date]:
@@ -411,7 +445,8 @@ def date_range(self:RiskDB) -> tuple[date, date]:
     return self._cached('range', lambda: tuple(d for d in self.run(sql).rows[0]))
 
 # %% ../../nbs/41_risk_db.ipynb #4383df9c
-_LABEL_SQL = {'channel_id': "SELECT channel_id, channel_name || ' (' || channel_type || ')' FROM channels",
+_LABEL_SQL = {'channel_id': "SELECT channel_id, channel_name || ' (' || channel_type || ')' "
+                            "FROM channels",
               'game_id': "SELECT game_id, game_name FROM games",
               'item_id': "SELECT item_id, item_name || ' of ' || game_id FROM items"}
 _LABEL_TABLE = {'channel_id': 'channels', 'game_id': 'games', 'item_id': 'items'}
@@ -420,24 +455,28 @@ _LABEL_TABLE = {'channel_id': 'channels', 'game_id': 'games', 'item_id': 'items'
 def label(self:RiskDB, col:str, value) -> str:
     "A readable name for a channel, game or item id ('' for other columns or unknown ids)."
     if col not in _LABEL_SQL or _LABEL_TABLE[col] not in self.columns: return ''
-    names = self._cached(f'labels:{col}', lambda: dict(self.run(_LABEL_SQL[col], limit=100_000).rows))
+    names = self._cached(f'labels:{col}',
+                         lambda: dict(self.run(_LABEL_SQL[col], limit=100_000).rows))
     return names.get(value) or ''
 
 # %% ../../nbs/41_risk_db.ipynb #a532b196
 TIME_SQL = {'window': '(ts >= $ws AND ts < $we)', 'baseline': '(ts >= $bs AND ts < $be)'}
 
 class Query:
-    ("What an operator runs against: the database, the task's window and its filters, as SQL pieces with "
-     "bound parameters.")
+    ("What an operator runs against: the database, the task's window and its filters, as SQL "
+     "pieces with bound parameters.")
     def __init__(self, db:RiskDB, window:Window, filters:dict|None=None):
-        self.db, self.window, self.filters = db, window, check_filters(filters)
+        self.db = db
+        self.window = window
+        self.filters = check_filters(filters)
         missing = [c for c in self.filters if not db.has(c)]
         if missing: raise ValueError(f"filter column(s) {missing} are not in this dataset")
         self.params = window.bounds() | {f'f{i}_{j}': v for i, vals in enumerate(self.filters.values())
                                          for j, v in enumerate(vals)}
 
     def run(self, sql:str, limit:int|None=None, **params) -> Rows:
-        "Run `sql` with the window, the filters and `params` bound (at most `limit` rows, default the db's row limit)."
+        ("Run `sql` with the window, the filters and `params` bound (at most `limit` rows, default "
+         "the db's row limit).")
         return self.db.run(sql, self.params | params, limit=limit)
 
 # %% ../../nbs/41_risk_db.ipynb #f5b08f3e
@@ -452,7 +491,8 @@ def col(self:Query, name:str) -> str:
 def source(self:Query, *cols:str) -> str:
     "The table to read: transactions, joined with channels when `channel_type` is used."
     if 'channel_type' not in cols and 'channel_type' not in self.filters: return 'transactions'
-    return '(SELECT t.*, c.channel_type FROM transactions t LEFT JOIN channels c USING (channel_id))'
+    return ('(SELECT t.*, c.channel_type FROM transactions t LEFT JOIN channels c USING '
+            '(channel_id))')
 
 # %% ../../nbs/41_risk_db.ipynb #71006886
 def _in_list(i:int, col:str, n:int) -> str:
@@ -461,7 +501,8 @@ def _in_list(i:int, col:str, n:int) -> str:
 
 @patch
 def where(self:Query, part:Literal['window', 'baseline', 'both']='both', success:bool=True) -> str:
-    "The WHERE condition: the time part, successful payments only (unless `success=False`), and the filters."
+    ("The WHERE condition: the time part, successful payments only (unless `success=False`), and "
+     "the filters.")
     time = f"({TIME_SQL['window']} OR {TIME_SQL['baseline']})" if part == 'both' else TIME_SQL[part]
     fs = [_in_list(i, c, len(v)) for i, (c, v) in enumerate(self.filters.items())]
     return ' AND '.join([time, *(["status = 'success'"] if success else []), *fs])

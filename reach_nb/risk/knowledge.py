@@ -13,7 +13,8 @@ from ..memory.recall import KeywordIndex, tokens
 __all__ = ['kb_tokens', 'KBSection', 'md_sections', 'KnowledgeBase']
 
 # %% ../../nbs/43_risk_knowledge.ipynb #b27c6182
-kb_tokens = tokens  # the search tokens are recall's: words (plurals folded, stop words dropped), CJK bigrams
+# the search tokens are recall's: words (plurals folded, stop words dropped), CJK bigrams
+kb_tokens = tokens
 
 # %% ../../nbs/43_risk_knowledge.ipynb #c1378c58
 @dataclass
@@ -24,12 +25,16 @@ class KBSection:
     text: str
 
 def md_sections(text:str, file:str) -> list[KBSection]:
-    ("Split markdown at its headings (not inside code fences); each section keeps its heading path, "
-     "e.g. 'Operators › concentration'.")
-    out, path, cur, fence = [], [], [], False
+    ("Split markdown at its headings (not inside code fences); each section keeps its heading "
+     "path, e.g. 'Operators › concentration'.")
+    out = []
+    path = []
+    cur = []
+    fence = False
     def flush():
         if not ''.join(cur).strip(): return
-        out.append(KBSection(file, ' › '.join(h for _, h in path) or file, '\n'.join(cur).strip()))
+        out.append(KBSection(file, ' › '.join(h for _, h in path) or file,
+                             '\n'.join(cur).strip()))
     for line in text.splitlines():
         if line.lstrip().startswith('```'): fence = not fence
         m = None if fence else re.match(r'^(#{1,6})\s+(.*)', line)
@@ -42,17 +47,21 @@ def md_sections(text:str, file:str) -> list[KBSection]:
 
 # %% ../../nbs/43_risk_knowledge.ipynb #ad69d0ba
 class KnowledgeBase:
-    "The sections of the markdown files in a folder, ranked for a query with BM25 (recall's `KeywordIndex`)."
+    ("The sections of the markdown files in a folder, ranked for a query with BM25 (recall's "
+     "`KeywordIndex`).")
     def __init__(self, folder:str|Path, k1:float=1.5, b:float=0.75):
         self.folder = Path(folder)
         self.files = sorted(self.folder.glob('*.md'))
         self.sections = [s for f in self.files for s in md_sections(f.read_text(encoding='utf-8'), f.name)]
-        self.index = KeywordIndex([f'{s.heading}\n{s.heading}\n{s.text}' for s in self.sections], k1, b)  # headings count twice
+        # headings count twice
+        self.index = KeywordIndex([f'{s.heading}\n{s.heading}\n{s.text}' for s in self.sections],
+                                  k1, b)
 
     def score(self, i:int, query:list[str]) -> float:
         "The BM25 score of section `i` for the query tokens."
         return self.index.score(i, query)
 
     def search(self, query:str, limit:int=3) -> list[tuple[float, KBSection]]:
-        "The best `limit` sections for `query`, with their scores (only sections that match at all)."
+        ("The best `limit` sections for `query`, with their scores (only sections that "
+         "match at all).")
         return [(s, self.sections[i]) for s, i in self.index.search(query, limit)]

@@ -43,8 +43,8 @@ def md_table(cols:list[str], rows:list) -> list[str]:
 
 # %% ../../nbs/42_risk_operators.ipynb #088d8544
 class StepResult(BaseModel):
-    ("What one step of a procedure produced: a one-line headline, notes, the rows behind them, and the "
-     "headline's numbers.")
+    ("What one step of a procedure produced: a one-line headline, notes, the rows behind them, and "
+     "the headline's numbers.")
     operator: str
     params: dict = {}
     headline: str = ''
@@ -73,13 +73,15 @@ def top_rows(self:StepResult, top:int=5) -> list[list]:
         return [r for r in self.rows if (seen.update([r[i]]) or seen[r[i]] <= top)]
     if self.sort_by:
         i = self.columns.index(self.sort_by)
-        return sorted(self.rows, key=lambda r: -abs(r[i]) if isinstance(r[i], (int, float)) else math.inf)[:top]
+        return sorted(self.rows,
+                      key=lambda r: -abs(r[i]) if isinstance(r[i], (int, float)) else math.inf)[:top]
     return self.rows[:top]
 
 # %% ../../nbs/42_risk_operators.ipynb #99b4d96f
 @patch
 def text(self:StepResult, top:int=5) -> str:
-    "The result as prompt-sized text: headline, notes, the top rows as a table, and what was left out."
+    ("The result as prompt-sized text: headline, notes, the top rows as a table, and what "
+     "was left out.")
     if self.error: return f"FAILED: {self.error}"
     shown = self.top_rows(top)
     lines = [self.headline, *(f'- {n}' for n in self.notes)]
@@ -90,12 +92,14 @@ def text(self:StepResult, top:int=5) -> str:
     return '\n'.join(lines + [f"(rows: {len(shown)} of {total}{how})"])
 
 @patch
-def _repr_markdown_(self:StepResult) -> str: return f"**{self.call()}**\n\n" + self.text().replace('\n- ', '\n\n- ')
+def _repr_markdown_(self:StepResult) -> str:
+    return f"**{self.call()}**\n\n" + self.text().replace('\n- ', '\n\n- ')
 
 # %% ../../nbs/42_risk_operators.ipynb #96d25d86
 @dataclass
 class Operator:
-    "A compute unit: `spec` checks a step's parameters (and is what the model reads), `run(q, **params)` executes it."
+    ("A compute unit: `spec` checks a step's parameters (and is what the model reads), `run(q, "
+     "**params)` executes it.")
     spec: Tool
     run: Callable
     outputs: str
@@ -117,7 +121,8 @@ def operator(run:Callable, # the runner: run(q:Query, **params) -> StepResult
 # %% ../../nbs/42_risk_operators.ipynb #e67d635a
 def _dims(v, most:int=8) -> list[str]:
     dims = list(dict.fromkeys(check_column(d) for d in ([v] if isinstance(v, str) else v)))
-    if not 1 <= len(dims) <= most: raise ValueError(f"give 1 to {most} dimensions from {', '.join(DIMENSIONS)}")
+    if not 1 <= len(dims) <= most:
+        raise ValueError(f"give 1 to {most} dimensions from {', '.join(DIMENSIONS)}")
     return dims
 
 def _count(n:int, noun:str) -> str: return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -128,7 +133,8 @@ def check_range(v, name:str, lo, hi):
 
 _METRIC = {'amount': 'sum(amount_cny)', 'txns': 'count(*)', 'users': 'count(DISTINCT user_id)',
            'devices': 'count(DISTINCT muid)', 'payers': 'count(DISTINCT payer_id)'}
-_METRIC_COL = {'amount': 'amount_cny', 'txns': 'txns', 'users': 'users', 'devices': 'devices', 'payers': 'payers'}
+_METRIC_COL = {'amount': 'amount_cny', 'txns': 'txns', 'users': 'users', 'devices': 'devices',
+               'payers': 'payers'}
 
 # %% ../../nbs/42_risk_operators.ipynb #bbe1dfc0
 _CONCENTRATION_SQL = """WITH g AS (
@@ -155,15 +161,17 @@ def concentration_sql(q:Query, dims:list[str]) -> str:
     "The one query for all `dims`: grouping sets over the window and baseline together."
     cols = [q.col(d) for d in dims]
     case = lambda then: ' '.join(f"WHEN GROUPING({c}) = 0 THEN {then(d, c)}" for d, c in zip(dims, cols))
-    return _CONCENTRATION_SQL.format(dim=case(lambda d, c: f"'{d}'"), value=case(lambda d, c: f'{c}::VARCHAR'),
-                                     src=q.source(*dims), where=q.where(), sets=', '.join(f'({c})' for c in cols))
+    return _CONCENTRATION_SQL.format(dim=case(lambda d, c: f"'{d}'"),
+                                     value=case(lambda d, c: f'{c}::VARCHAR'), src=q.source(*dims),
+                                     where=q.where(), sets=', '.join(f'({c})' for c in cols))
 
 # %% ../../nbs/42_risk_operators.ipynb #27c59f6e
 def _concentration_stats(rows:list[tuple], dims:list[str]) -> dict:
-    "Per dimension: its window and baseline totals, top-k shares and HHIs (the same on each of its rows)."
+    ("Per dimension: its window and baseline totals, top-k shares and HHIs (the same on each "
+     "of its rows).")
     first = {r[0]: r for r in reversed(rows)}
-    keys = ('total_window_cny', 'total_baseline_cny', 'top_share_window', 'top_share_baseline', 'hhi_window',
-            'hhi_baseline')
+    keys = ('total_window_cny', 'total_baseline_cny', 'top_share_window', 'top_share_baseline',
+            'hhi_window', 'hhi_baseline')
     return {d: dict(zip(keys, first[d][7:])) for d in dims if d in first}
 
 def _concentration_headline(stats:dict, rows:list[list], days:int) -> str:
@@ -171,14 +179,16 @@ def _concentration_headline(stats:dict, rows:list[list], days:int) -> str:
     if not stats: return 'no successful payments in the window or the baseline'
     w, b = next(iter(stats.values()))['total_window_cny'], next(iter(stats.values()))['total_baseline_cny']
     growth = f"{(w - b) / b:+.1%}" if b else 'new'
-    tops = sorted((r for r in rows if r[1] == 1 and r[7] is not None), key=lambda r: -(r[7] - (r[8] or 0)))
+    tops = sorted((r for r in rows if r[1] == 1 and r[7] is not None),
+                  key=lambda r: -(r[7] - (r[8] or 0)))
     say = lambda r: f"{r[0]}={r[2]} {r[7]:.1%} (baseline share {r[8] or 0:.1%})"
-    return (f"amount {w:,.0f} CNY vs baseline {b:,.0f} (scaled to {days} days): {growth}, change {w - b:+,.0f}; "
-            "top contributors to the change, most out of proportion first: " + ', '.join(map(say, tops)))
+    return (f"amount {w:,.0f} CNY vs baseline {b:,.0f} (scaled to {days} days): {growth}, change "
+            f"{w - b:+,.0f}; top contributors to the change, most out of proportion first: " + ', '.join(map(say, tops)))
 
 # %% ../../nbs/42_risk_operators.ipynb #07f65f97
 def _concentration_rows(q:Query, rows:list[tuple], stats:dict, dims:list[str]) -> list[list]:
-    "Result rows in the order of `dims`: dimension, rank, value, name, amounts, share of change and of baseline."
+    ("Result rows in the order of `dims`: dimension, rank, value, name, amounts, share of change "
+     "and of baseline.")
     def row(d, k, v, w, b, c, s, *_):
         base = stats[d]['total_baseline_cny']
         return [d, k, v, q.db.label(d, v), w, b, c, s, b / base if base else None]
@@ -188,17 +198,20 @@ def _concentration(q:Query, dims:list[str], top:int) -> StepResult:
     r = q.run(concentration_sql(q, dims), scale=q.window.scale, top=top)
     stats = _concentration_stats(r.rows, dims)
     rows = _concentration_rows(q, r.rows, stats, dims)
-    notes = [f"{d}: top-{top} share {s['top_share_window'] or 0:.1%} (baseline {s['top_share_baseline'] or 0:.1%}), "
-             f"HHI {s['hhi_window'] or 0:.3f} (baseline {s['hhi_baseline'] or 0:.3f})" for d, s in stats.items()]
-    cols = ['dim', 'rank', 'value', 'name', 'window_cny', 'baseline_cny', 'change_cny', 'share_of_change',
-            'baseline_share']
-    return StepResult(operator='concentration', headline=_concentration_headline(stats, rows, q.window.days),
-                      notes=notes, stats=stats, group='dim', columns=cols, rows=rows, more=r.more)
+    notes = [f"{d}: top-{top} share {s['top_share_window'] or 0:.1%} (baseline "
+             f"{s['top_share_baseline'] or 0:.1%}), HHI {s['hhi_window'] or 0:.3f} (baseline "
+             f"{s['hhi_baseline'] or 0:.3f})" for d, s in stats.items()]
+    cols = ['dim', 'rank', 'value', 'name', 'window_cny', 'baseline_cny', 'change_cny',
+            'share_of_change', 'baseline_share']
+    return StepResult(operator='concentration',
+                      headline=_concentration_headline(stats, rows, q.window.days), notes=notes,
+                      stats=stats, group='dim', columns=cols, rows=rows, more=r.more)
 
 # %% ../../nbs/42_risk_operators.ipynb #f65fcd2b
 @operator(_concentration, example={'top': 5},
-          outputs='per dimension: top values by change (window_cny, baseline_cny scaled, change_cny, '
-                  'share_of_change, baseline_share); top-k share and HHI, window vs baseline')
+          outputs='per dimension: top values by change (window_cny, baseline_cny scaled, '
+                  'change_cny, share_of_change, baseline_share); top-k share and HHI, '
+                  'window vs baseline')
 def concentration(dims:list[str]=DEFAULT_DIMS, # dimensions to split the change by
                   top:int=5): # how many values to report per dimension
     ("Which values of each dimension drive the change in amount from the baseline to the window; "
@@ -209,18 +222,20 @@ def concentration(dims:list[str]=DEFAULT_DIMS, # dimensions to split the change 
 def _aggregate_sql(q:Query, by:list[str], metric:str) -> str:
     "SQL: per group of the window, the amount, counts and shares, and how many groups there are."
     cols = ', '.join(q.col(d) for d in by)
-    return (f"SELECT {cols}, sum(amount_cny) AS amount_cny, count(*) AS txns, count(DISTINCT user_id) AS users, "
-            "count(DISTINCT muid) AS devices, count(DISTINCT payer_id) AS payers, "
-            "sum(amount_cny) / sum(sum(amount_cny)) OVER () AS share, count(*) OVER () AS total_groups "
-            f"FROM {q.source(*by)} WHERE {q.where('window')} GROUP BY ALL ORDER BY {_METRIC_COL[metric]} DESC, {cols}")
+    return (f"SELECT {cols}, sum(amount_cny) AS amount_cny, count(*) AS txns, count(DISTINCT "
+            "user_id) AS users, count(DISTINCT muid) AS devices, count(DISTINCT payer_id) AS "
+            "payers, sum(amount_cny) / sum(sum(amount_cny)) OVER () AS share, count(*) OVER () AS "
+            f"total_groups FROM {q.source(*by)} WHERE {q.where('window')} GROUP BY ALL ORDER BY "
+            f"{_METRIC_COL[metric]} DESC, {cols}")
 
 def _aggregate_headline(by:list[str], metric:str, n:int, top:dict) -> str:
     "How many groups, and the top one with its share and its distinct users, devices and payers."
     if not top: return 'no successful payments in the window'
     m = _METRIC_COL[metric]
-    return (f"{n} groups by {', '.join(by)} in the window; top by {metric}: {'/'.join(str(top[b]) for b in by)} = "
-            f"{_fmt(top[m], m)} ({top['share']:.1%} of the amount; {top['users']:,} users, "
-            f"{top['devices']:,} devices, {top['payers']:,} payers)")
+    return (f"{n} groups by {', '.join(by)} in the window; top by {metric}: "
+            f"{'/'.join(str(top[b]) for b in by)} = {_fmt(top[m], m)} ({top['share']:.1%} of the "
+            f"amount; {top['users']:,} users, {top['devices']:,} devices, "
+            f"{top['payers']:,} payers)")
 
 # %% ../../nbs/42_risk_operators.ipynb #e940ca9d
 def _aggregate(q:Query, by:list[str], metric:str) -> StepResult:
@@ -231,19 +246,23 @@ def _aggregate(q:Query, by:list[str], metric:str) -> StepResult:
         rows, columns = [[x[0], q.db.label(by[0], x[0]), *x[1:]] for x in rows], [by[0], 'name', *columns[1:]]
     n = r.rows[0][-1] if r.rows else 0
     top = dict(zip(columns, rows[0])) if rows else {}
-    return StepResult(operator='aggregate', headline=_aggregate_headline(by, metric, n, top), columns=columns,
-                      rows=rows, more=r.more, stats={'groups': n})
+    return StepResult(operator='aggregate', headline=_aggregate_headline(by, metric, n, top),
+                      columns=columns, rows=rows, more=r.more, stats={'groups': n})
 
 @operator(_aggregate, example={'by': ['channel_id']},
-          outputs='rows per group in the window: amount_cny, txns, users, devices, payers, share of the amount')
+          outputs='rows per group in the window: amount_cny, txns, users, devices, payers, share '
+                  'of the amount')
 def aggregate(by:list[str], # dimensions to group on, e.g. ['game_id', 'channel_id']
               metric:Literal['amount', 'txns', 'users', 'devices', 'payers']='amount'): # what to rank the groups by
-    "Amount, transactions and distinct users, devices and payers per group of the window's successful payments."
+    ("Amount, transactions and distinct users, devices and payers per group of the window's "
+     "successful payments.")
     return dict(by=_dims(by, most=3), metric=metric)
 
 # %% ../../nbs/42_risk_operators.ipynb #dbf8b669
-_PERIOD = {'hour': ("date_trunc('hour', ts)", '%Y-%m-%d %H:00', 24), 'day': ("date_trunc('day', ts)", '%Y-%m-%d', 7),
-           'week': ("$ws + to_days((7 * floor(datediff('day', $ws, ts) / 7))::BIGINT)", '%Y-%m-%d', 4)}
+_PERIOD = {'hour': ("date_trunc('hour', ts)", '%Y-%m-%d %H:00', 24),
+           'day': ("date_trunc('day', ts)", '%Y-%m-%d', 7),
+           'week': ("$ws + to_days((7 * floor(datediff('day', $ws, ts) / 7))::BIGINT)", '%Y-%m-%d',
+                    4)}
 
 def _trend_sql(q:Query, granularity:str, metric:str) -> str:
     expr, fmt, _ = _PERIOD[granularity]
@@ -259,39 +278,45 @@ FROM t ORDER BY p, in_window"""
 # %% ../../nbs/42_risk_operators.ipynb #95db18cf
 def _peaks(rows:list, part:str, n:int) -> list:
     "The `n` periods of `part` that deviate most from their trailing mean."
-    return sorted((x for x in rows if x[1] == part and x[6] is not None), key=lambda x: -abs(x[6]))[:n]
+    return sorted((x for x in rows if x[1] == part and x[6] is not None),
+                  key=lambda x: -abs(x[6]))[:n]
 
-def _trend_headline(metric:str, granularity:str, per_day:dict, growth:float|None, peaks:dict) -> str:
+def _trend_headline(metric:str, granularity:str, per_day:dict, growth:float|None,
+                    peaks:dict) -> str:
     unit = ' CNY' if metric == 'amount' else f' {metric}'
     change = 'new' if growth is None else f'{growth:+.1%}'
     said = lambda xs: ', '.join(f"{x[0]} {x[6]:+.1%}" for x in xs)
     where = '; '.join(f"in the {part} " + said(xs) for part, xs in peaks.items() if xs)
-    return (f"daily {metric} {per_day['window']:,.0f}{unit} in the window vs {per_day['baseline']:,.0f} "
-            f"in the baseline ({change}); "
-            f"biggest deviations from the trailing {_PERIOD[granularity][2]}-{granularity} mean: " + where)
+    return (f"daily {metric} {per_day['window']:,.0f}{unit} in the window vs "
+            f"{per_day['baseline']:,.0f} in the baseline ({change}); "
+            "biggest deviations from the trailing "
+            f"{_PERIOD[granularity][2]}-{granularity} mean: " + where)
 
 # %% ../../nbs/42_risk_operators.ipynb #f1dd0f98
 def _trend(q:Query, granularity:str, metric:str) -> StepResult:
     # all of them: the growth needs every period
     periods = (q.window.days + q.window.baseline_days) * (24 if granularity == 'hour' else 1) + 2
-    r = q.run(_trend_sql(q, granularity, metric), limit=max(periods, q.db.row_limit), n=_PERIOD[granularity][2])
+    r = q.run(_trend_sql(q, granularity, metric), limit=max(periods, q.db.row_limit),
+              n=_PERIOD[granularity][2])
     m, wnd = r.columns.index(_METRIC_COL[metric]), q.window
     per_day = {part: sum(x[m] for x in r.rows if x[1] == part) / days
                for part, days in (('window', wnd.days), ('baseline', wnd.baseline_days))}
     growth = per_day['window'] / per_day['baseline'] - 1 if per_day['baseline'] else None
     peaks = {'window': _peaks(r.rows, 'window', 3), 'baseline': _peaks(r.rows, 'baseline', 1)}
-    return StepResult(operator='trend', headline=_trend_headline(metric, granularity, per_day, growth, peaks),
-                      columns=r.columns, rows=[list(x) for x in r.rows], more=r.more, sort_by='deviation',
-                      stats={'window_daily': per_day['window'], 'baseline_daily': per_day['baseline'],
-                             'growth': growth})
+    return StepResult(operator='trend',
+                      headline=_trend_headline(metric, granularity, per_day, growth, peaks),
+                      columns=r.columns, rows=[list(x) for x in r.rows], more=r.more,
+                      sort_by='deviation',
+                      stats={'window_daily': per_day['window'],
+                             'baseline_daily': per_day['baseline'], 'growth': growth})
 
 @operator(_trend, example={'granularity': 'day'},
-          outputs='per period: amount_cny, txns, users, trailing_mean, deviation; headline: window vs baseline daily '
-                  'growth, biggest deviations')
+          outputs='per period: amount_cny, txns, users, trailing_mean, deviation; headline: window '
+                  'vs baseline daily growth, biggest deviations')
 def trend(granularity:Literal['hour', 'day', 'week']='day', # the period of the series
           metric:Literal['amount', 'txns', 'users']='amount'): # the series whose deviations are ranked
-    ("The series over the baseline and the window, with the window's growth and the periods that deviate most "
-     "from the trailing mean.")
+    ("The series over the baseline and the window, with the window's growth and the periods that "
+     "deviate most from the trailing mean.")
     return dict(granularity=granularity, metric=metric)
 
 # %% ../../nbs/42_risk_operators.ipynb #a22afa7c
@@ -314,31 +339,36 @@ ORDER BY baseline_std = 0, abs(z) DESC, window_daily DESC, value"""
 
 # %% ../../nbs/42_risk_operators.ipynb #cdcc2cd0
 def _zscore(q:Query, by:str, threshold:float, metric:str) -> StepResult:
-    sql = _ZSCORE_SQL.format(col=q.col(by), metric=_METRIC[metric], src=q.source(by), where=q.where())
-    r = q.run(sql, dw=float(q.window.days), dbase=float(q.window.baseline_days), threshold=threshold)
+    sql = _ZSCORE_SQL.format(col=q.col(by), metric=_METRIC[metric], src=q.source(by),
+                             where=q.where())
+    r = q.run(sql, dw=float(q.window.days), dbase=float(q.window.baseline_days),
+              threshold=threshold)
     rows = [[x[0], q.db.label(by, x[0]), *x[1:6]] for x in r.rows]
     outliers, new = (r.rows[0][6], r.rows[0][7]) if r.rows else (0, 0)
     top = next((x for x in rows if x[6] != 'new'), None)
-    head = (f"{outliers} {by} values have a window daily {metric} |z| ≥ {threshold:g} vs their baseline, "
-            f"and {new} are new in the window" +
+    head = (f"{outliers} {by} values have a window daily {metric} |z| ≥ {threshold:g} vs their "
+            f"baseline, and {new} are new in the window" +
             (f"; top {top[0]}: z {top[5]:+.1f} (daily {_fmt(top[2])} vs {_fmt(top[3])})" if top else ''))
     return StepResult(operator='zscore', headline=head, rows=rows, more=r.more,
-                      columns=[by, 'name', 'window_daily', 'baseline_daily', 'baseline_std', 'z', 'flag'],
+                      columns=[by, 'name', 'window_daily', 'baseline_daily', 'baseline_std', 'z',
+                               'flag'],
                       stats={'outliers': outliers, 'new': new})
 
 @operator(_zscore, example={'by': 'channel_id', 'threshold': 3.0},
-          outputs='outlier values (flag high/low) with window and baseline daily means, baseline std and z; '
-                  'then values new in the window')
+          outputs='outlier values (flag high/low) with window and baseline daily means, baseline '
+                  'std and z; then values new in the window')
 def zscore(by:str, # the dimension whose values are tested, e.g. 'channel_id'
            threshold:float=3.0, # how many baseline standard deviations count as an outlier
            metric:Literal['amount', 'txns', 'users']='amount'): # what is measured per day
-    ("Values of a dimension whose daily amount (or txns, users) in the window is an outlier against their own "
-     "baseline days.")
-    return dict(by=_dims(by, most=1)[0], threshold=check_range(float(threshold), 'threshold', 0.5, 100), metric=metric)
+    ("Values of a dimension whose daily amount (or txns, users) in the window is an outlier "
+     "against their own baseline days.")
+    return dict(by=_dims(by, most=1)[0],
+                threshold=check_range(float(threshold), 'threshold', 0.5, 100), metric=metric)
 
 # %% ../../nbs/42_risk_operators.ipynb #2015af5b
 def _velocity_sql(q:Query) -> str:
-    "SQL: per account with enough attempts in the window, the most attempts within `$minutes` and where they began."
+    ("SQL: per account with enough attempts in the window, the most attempts within `$minutes` and "
+     "where they began.")
     where = q.where('window', success=False)
     return f"""WITH busy AS (SELECT user_id FROM {q.source()} WHERE {where}
   GROUP BY user_id HAVING count(*) >= $min_txns),
@@ -354,22 +384,27 @@ FROM t GROUP BY user_id HAVING max(n) >= $min_txns ORDER BY peak_txns DESC, user
 def _velocity(q:Query, min_txns:int, minutes:int) -> StepResult:
     r = q.run(_velocity_sql(q), min_txns=min_txns, minutes=minutes)
     top = r.rows[0] if r.rows else None
-    head = (f"{_count(len(r.rows), 'user')}{'+' if r.more else ''} made ≥ {min_txns} attempts within {minutes} minutes"
-            + (f"; top {top[0]}: {top[1]} within {minutes} minutes from {top[2]} ({top[3]} attempts, "
-               f"{top[4]:,.0f} CNY in the window)" if top else ''))
-    return StepResult(operator='velocity', headline=head, columns=r.columns, rows=[list(x) for x in r.rows],
-                      more=r.more, stats={'users': len(r.rows)})
+    head = (f"{_count(len(r.rows), 'user')}{'+' if r.more else ''} made ≥ {min_txns} attempts "
+            f"within {minutes} minutes"
+            + (f"; top {top[0]}: {top[1]} within {minutes} minutes from {top[2]} ({top[3]} "
+               f"attempts, {top[4]:,.0f} CNY in the window)" if top else ''))
+    return StepResult(operator='velocity', headline=head, columns=r.columns,
+                      rows=[list(x) for x in r.rows], more=r.more, stats={'users': len(r.rows)})
 
-@operator(_velocity, outputs='per user: peak attempts within `minutes`, burst start, attempts, amount, devices, payers',
-          example={'min_txns': 10, 'minutes': 10})
+@operator(_velocity,
+          outputs='per user: peak attempts within `minutes`, burst start, attempts, amount, '
+                  'devices, payers', example={'min_txns': 10, 'minutes': 10})
 def velocity(min_txns:int=10, # attempts that make a burst
              minutes:int=10): # how short the burst is
-    "Accounts that made at least `min_txns` payment attempts within `minutes` somewhere in the window."
-    return dict(min_txns=check_range(min_txns, 'min_txns', 2, 1000), minutes=check_range(minutes, 'minutes', 1, 1440))
+    ("Accounts that made at least `min_txns` payment attempts within `minutes` somewhere "
+     "in the window.")
+    return dict(min_txns=check_range(min_txns, 'min_txns', 2, 1000),
+                minutes=check_range(minutes, 'minutes', 1, 1440))
 
 # %% ../../nbs/42_risk_operators.ipynb #72014404
 def _sharing_sql(q:Query, e:str) -> str:
-    "SQL: the values of the (checked, quoted) column `e` used by at least `$min_users` accounts in the window."
+    ("SQL: the values of the (checked, quoted) column `e` used by at least `$min_users` accounts "
+     "in the window.")
     return f"""SELECT {e}, count(DISTINCT user_id) AS users, count(*) AS txns, sum(amount_cny) AS amount_cny,
   avg(amount_cny) AS avg_cny, count(DISTINCT channel_id) AS channels, mode(channel_id) AS top_channel,
   mode(game_id) AS top_game
@@ -380,16 +415,20 @@ HAVING count(DISTINCT user_id) >= $min_users ORDER BY users DESC, amount_cny DES
 def _sharing(q:Query, entity:str, min_users:int) -> StepResult:
     r = q.run(_sharing_sql(q, q.col(entity)), min_users=min_users)
     t = r.rows[0] if r.rows else None
-    head = (f"{len(r.rows)}{'+' if r.more else ''} {entity} values were used by ≥ {min_users} accounts in the window" +
-            (f"; top {t[0]}: {t[1]} accounts, {t[2]} txns, {t[3]:,.0f} CNY, mostly {t[6]} / {t[7]}" if t else ''))
-    return StepResult(operator='sharing', headline=head, columns=r.columns, rows=[list(x) for x in r.rows],
-                      more=r.more, stats={'shared': len(r.rows)})
+    head = (f"{len(r.rows)}{'+' if r.more else ''} {entity} values were used by ≥ {min_users} "
+            "accounts in the window" +
+            (f"; top {t[0]}: {t[1]} accounts, {t[2]} txns, {t[3]:,.0f} CNY, mostly "
+             f"{t[6]} / {t[7]}" if t else ''))
+    return StepResult(operator='sharing', headline=head, columns=r.columns,
+                      rows=[list(x) for x in r.rows], more=r.more, stats={'shared': len(r.rows)})
 
-@operator(_sharing, outputs='per device or payer: accounts, txns, amount, average amount, channels, main channel '
+@operator(_sharing,
+          outputs='per device or payer: accounts, txns, amount, average amount, channels, main channel '
                             'and game', example={'entity': 'muid', 'min_users': 5})
 def sharing(entity:Literal['muid', 'payer_id']='muid', # devices (muid) or paying accounts/cards (payer_id)
             min_users:int=5): # accounts that make a device or payer "shared"
-    "Devices or payers used by at least `min_users` accounts in the window (device farms, proxy recharge rings)."
+    ("Devices or payers used by at least `min_users` accounts in the window (device farms, proxy "
+     "recharge rings).")
     return dict(entity=entity, min_users=check_range(min_users, 'min_users', 2, 100_000))
 
 # %% ../../nbs/42_risk_operators.ipynb #22514ac7
@@ -409,27 +448,31 @@ FROM {src} WHERE {where} GROUP BY 1 ORDER BY abs(change_cny) DESC, 1"""
 
 # %% ../../nbs/42_risk_operators.ipynb #07635b0a
 def _cohort_compare(q:Query, by:str) -> StepResult:
-    sql = _COHORT_SQL.format(col=q.col(by), w=TIME_SQL['window'], b=TIME_SQL['baseline'], src=q.source(by),
-                             where=q.where(success=False))
+    sql = _COHORT_SQL.format(col=q.col(by), w=TIME_SQL['window'], b=TIME_SQL['baseline'],
+                             src=q.source(by), where=q.where(success=False))
     r = q.run(sql, scale=q.window.scale)
     rows = [[x[0], q.db.label(by, x[0]), *x[1:]] for x in r.rows]
     say = lambda x: (f"{x[0]} {x[4]:+,.0f} CNY ({'new' if x[5] is None else f'{x[5]:+.1%}'}), "
-                     f"refund rate {_fmt(x[8], 'rate') or '-'} (baseline {_fmt(x[9], 'rate') or '-'})")
+                     f"refund rate {_fmt(x[8], 'rate') or '-'} (baseline "
+                     f"{_fmt(x[9], 'rate') or '-'})")
     head = (f"{len(rows)}{'+' if r.more else ''} {by} values; largest changes: " + '; '.join(say(x) for x in rows[:2])
             if rows else f'no transactions for any {by}')
-    return StepResult(operator='cohort_compare', headline=head, columns=[by, 'name', *r.columns[1:]], rows=rows,
-                      more=r.more, stats={'values': len(rows)})
+    return StepResult(operator='cohort_compare', headline=head,
+                      columns=[by, 'name', *r.columns[1:]], rows=rows, more=r.more,
+                      stats={'values': len(rows)})
 
 @operator(_cohort_compare, example={'by': 'channel_id'},
-          outputs='per value: amount window vs baseline (scaled), change, growth, txns, refund and failure rates '
-                  'in both')
+          outputs='per value: amount window vs baseline (scaled), change, growth, txns, refund and '
+                  'failure rates in both')
 def cohort_compare(by:str): # the dimension to compare value by value, e.g. 'channel_id'
-    "Window vs baseline for each value of a dimension: amount, growth, transactions, refund rate and failure rate."
+    ("Window vs baseline for each value of a dimension: amount, growth, transactions, refund rate "
+     "and failure rate.")
     return dict(by=_dims(by, most=1)[0])
 
 # %% ../../nbs/42_risk_operators.ipynb #3e999fd2
 def _refund_rate_sql(q:Query, by:str) -> str:
-    "SQL: per value of `by`, what it paid and had refunded in the window, flagged values first, and the totals."
+    ("SQL: per value of `by`, what it paid and had refunded in the window, flagged values first, "
+     "and the totals.")
     return f"""WITH v AS (SELECT {q.col(by)} AS value, sum(amount_cny) AS paid_cny,
       coalesce(sum(amount_cny) FILTER (WHERE status = 'refunded'), 0) AS refunded_cny,
       count(*) AS txns, count(*) FILTER (WHERE status = 'refunded') AS refunds
@@ -445,20 +488,23 @@ def _refund_rate(q:Query, by:str, threshold:float, min_txns:int) -> StepResult:
     r = q.run(_refund_rate_sql(q, by), threshold=threshold, min_txns=min_txns)
     rows = [[x[0], q.db.label(by, x[0]), *x[1:7]] for x in r.rows]
     n, overall, total = r.rows[0][7:10] if r.rows else (0, 0, 0)
-    head = (f"{n} of {total:,} {by} values refunded ≥ {threshold:.0%} of what they paid in the window "
-            f"(with ≥ {min_txns} payments); overall refund rate {overall or 0:.1%}"
+    head = (f"{n} of {total:,} {by} values refunded ≥ {threshold:.0%} of what they paid in the "
+            f"window (with ≥ {min_txns} payments); overall refund rate {overall or 0:.1%}"
             + (f"; top {rows[0][0]}: {rows[0][4]:.1%} of {rows[0][2]:,.0f} CNY" if n else ''))
-    return StepResult(operator='refund_rate', headline=head, columns=[by, 'name', *r.columns[1:7]], rows=rows,
-                      more=r.more, stats={'flagged': n, 'overall_rate': overall, 'values': total})
+    return StepResult(operator='refund_rate', headline=head, columns=[by, 'name', *r.columns[1:7]],
+                      rows=rows, more=r.more,
+                      stats={'flagged': n, 'overall_rate': overall, 'values': total})
 
-@operator(_refund_rate, outputs='per value: paid and refunded amount, refund rate, txns, refunds, flagged',
+@operator(_refund_rate,
+          outputs='per value: paid and refunded amount, refund rate, txns, refunds, flagged',
           example={'by': 'user_id', 'threshold': 0.5})
 def refund_rate(by:str='user_id', # the dimension whose values are checked
                 threshold:float=0.5, # refund rate (refunded / paid amount) to flag
                 min_txns:int=3): # payments a value needs before it can be flagged
-    ("Refund ratio per value of a dimension in the window, flagging values that refund most of what they pay "
-     "(refund abuse).")
-    return dict(by=_dims(by, most=1)[0], threshold=check_range(float(threshold), 'threshold', 0.0, 1.0),
+    ("Refund ratio per value of a dimension in the window, flagging values that refund most of "
+     "what they pay (refund abuse).")
+    return dict(by=_dims(by, most=1)[0],
+                threshold=check_range(float(threshold), 'threshold', 0.0, 1.0),
                 min_txns=check_range(min_txns, 'min_txns', 1, 10_000))
 
 # %% ../../nbs/42_risk_operators.ipynb #cd315fd0
@@ -468,15 +514,16 @@ def _step_parts(step, i:int) -> tuple[str, dict]:
     "The operator's name and the parameters, from any of the shapes models write a step in."
     if isinstance(step, str): return step, {}
     if not isinstance(step, dict):
-        raise ValueError(f"step {i} must be an object like {{'operator': 'concentration', 'params': {{'top': 5}}}}, "
-                         f"got {short_repr(step)}")
+        raise ValueError(f"step {i} must be an object like {{'operator': 'concentration', "
+                         f"'params': {{'top': 5}}}}, got {short_repr(step)}")
     rest = dict(step)
     name = next((rest.pop(k) for k in _OP_KEYS if k in rest), None)
     if not name:
         raise ValueError(f"step {i} has no 'operator'; write it like "
                          "{'operator': 'concentration', 'params': {'top': 5}}")
     params = rest.pop('params', None) or rest.pop('parameters', None) or {}
-    if not isinstance(params, dict): raise ValueError(f"step {i}: 'params' must be an object, got {short_repr(params)}")
+    if not isinstance(params, dict):
+        raise ValueError(f"step {i}: 'params' must be an object, got {short_repr(params)}")
     return str(name), rest | params
 
 def _operator(name:str, i:int) -> Operator:
@@ -489,7 +536,8 @@ def _operator(name:str, i:int) -> Operator:
 # %% ../../nbs/42_risk_operators.ipynb #f1303055
 def check_step(step, # what the model wrote for one step
                i:int=1) -> dict: # the step's number, for messages
-    "One procedure step as {'operator': name, 'params': {...}}, every parameter checked and the defaults filled in."
+    ("One procedure step as {'operator': name, 'params': {...}}, every parameter checked and the "
+     "defaults filled in.")
     name, params = _step_parts(step, i)
     op = _operator(name, i)
     kw, _, problems = op.spec.prepare_args(params)
@@ -507,7 +555,8 @@ def run_operator(db:RiskDB, # the dataset
                  start, end, # the window's first and last day
                  baseline_start=None, baseline_end=None, # default: the 4 weeks before start
                  filters:dict|None=None) -> StepResult: # e.g. {'game_id': 'g02'}
-    "Run one operator step directly over a window (and baseline), without a procedure, task or store."
+    ("Run one operator step directly over a window (and baseline), without a procedure, "
+     "task or store.")
     step = check_step(step)
     window, _ = make_window(start, end, baseline_start, baseline_end, db.date_range())
     return execute_step(Query(db, window, filters), step)

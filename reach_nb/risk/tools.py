@@ -14,8 +14,8 @@ from ..config import load_settings, shipped
 from ..core import UserError
 from ..tools import Tool, ToolRegistry, schema_label, short_repr, suggest_name
 from .db import DATASETS, DIMENSIONS, Query, QueryTimeout, RiskDB, Window, make_window
-from .operators import (OPERATORS, Operator, StepResult, check_range, check_step, example_step, execute_step,
-                                     md_table)
+from .operators import (OPERATORS, Operator, StepResult, check_range, check_step,
+                                     example_step, execute_step, md_table)
 from .knowledge import KnowledgeBase
 
 # %% auto #0
@@ -36,25 +36,30 @@ _PREFIX = {'procedures': 'proc', 'tasks': 'task'}
 _JSON_COLS = ('steps', 'frame', 'filters', 'notes')
 
 def _parse_id(v, table:str) -> int:
-    "The number in an id like 'proc_0001' (or a bare number): at most 40 characters, matched in linear time."
+    ("The number in an id like 'proc_0001' (or a bare number): at most 40 characters, matched in "
+     "linear time.")
     s, pre = str(v).strip(), _PREFIX[table]
     m = re.fullmatch(rf'(?:{pre}_?)?(\d+)', s, re.I) if len(s) <= 40 else None
     if not m:
         too_long = ' (too long)' if len(s) > 40 else ''
-        raise ValueError(f"{short_repr(v)} is not a {pre} id{too_long}; they look like '{pre}_0001'")
+        raise ValueError(f"{short_repr(v)} is not a {pre} id{too_long}; they look like "
+                         f"'{pre}_0001'")
     return int(m[1])
 
 # %% ../../nbs/44_risk_tools.ipynb #4908e443
 class WorkspaceStore:
-    "Procedures, tasks and step results in a small SQLite file, shared by every process that opens it."
+    ("Procedures, tasks and step results in a small SQLite file, shared by every process "
+     "that opens it.")
     def __init__(self, path:str|Path):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as con: con.executescript(_STORE_SQL)
         except (OSError, sqlite3.Error) as e:
-            raise UserError(f"cannot open the workspace store {self.path.name} ({e})", str(self.path.parent),
-                            "pass store= a file in a writable folder, e.g. store='/tmp/ws.sqlite'") from e
+            raise UserError(f"cannot open the workspace store {self.path.name} ({e})",
+                            str(self.path.parent),
+                            "pass store= a file in a writable folder, e.g. "
+                            "store='/tmp/ws.sqlite'") from e
 
     @contextmanager
     def _connect(self):
@@ -73,10 +78,13 @@ def _row(table:str, r:sqlite3.Row) -> dict:
 _MAX_STORED = 65_536  # characters of one stored value
 
 def _stored(row:dict) -> dict:
-    "The row's values as stored (JSON for the JSON columns), each refused past `_MAX_STORED` characters."
+    ("The row's values as stored (JSON for the JSON columns), each refused past "
+     "`_MAX_STORED` characters.")
     out = {k: json.dumps(v, ensure_ascii=False, default=str) if k in _JSON_COLS else v for k, v in row.items()}
     big = [f"{k} is {len(v):,} characters" for k, v in out.items() if isinstance(v, str) and len(v) > _MAX_STORED]
-    if big: raise ValueError(f"{'; '.join(big)}: at most {_MAX_STORED:,} are stored per value; send less")
+    if big:
+        raise ValueError(f"{'; '.join(big)}: at most {_MAX_STORED:,} are stored per "
+                         "value; send less")
     return out
 
 # %% ../../nbs/44_risk_tools.ipynb #fddfb619
@@ -84,11 +92,14 @@ def _stored(row:dict) -> dict:
 def add(self:WorkspaceStore, table:str,
         key:str|None=None, # the call's idempotency key: a second add with the same key adds nothing
         **row) -> str:
-    "Insert a procedure or task; its new id (the id the first add with `key` made, if there was one)."
+    ("Insert a procedure or task; its new id (the id the first add with `key` made, if "
+     "there was one).")
     row = _stored(row) | {'created': datetime.now().isoformat(timespec='seconds')}
     sql = f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
-    with self._connect() as con:  # one transaction: the row and its key are written together, or neither
-        if key and (got := con.execute('SELECT id FROM call_keys WHERE key = ?', [str(key)[:200]]).fetchone()):
+    # one transaction: the row and its key are written together, or neither
+    with self._connect() as con:
+        if key and (got := con.execute('SELECT id FROM call_keys WHERE key = ?',
+                                       [str(key)[:200]]).fetchone()):
             return got[0]
         made = f"{_PREFIX[table]}_{con.execute(sql, list(row.values())).lastrowid:04d}"
         if key: con.execute('INSERT INTO call_keys (key, id) VALUES (?, ?)', [str(key)[:200], made])
@@ -99,7 +110,8 @@ def all(self:WorkspaceStore, table:str, status:str|None=None) -> list[dict]:
     "Every procedure or task, oldest first (tasks optionally with one status)."
     where, args = ('WHERE status = ?', [status]) if status else ('', [])
     with self._connect() as con:
-        return [_row(table, r) for r in con.execute(f"SELECT * FROM {table} {where} ORDER BY n", args)]
+        return [_row(table, r) for r in con.execute(f"SELECT * FROM {table} {where} ORDER BY n",
+                                                    args)]
 
 # %% ../../nbs/44_risk_tools.ipynb #6e2143c6
 @patch
@@ -110,7 +122,8 @@ def get(self:WorkspaceStore, table:str, id:str) -> dict:
     if r: return _row(table, r)
     known = [x['id'] for x in self.all(table)[-10:]]
     raise ValueError(f"no {table[:-1]} {id!r}; " + (f"the latest are {', '.join(known)}" if known
-                                                    else f"none exist yet; create one with create_{table[:-1]}"))
+                                                    else "none exist yet; create one with "
+                                                         f"create_{table[:-1]}"))
 
 @patch
 def update(self:WorkspaceStore, id:str, **cols):
@@ -132,7 +145,8 @@ def save_results(self:WorkspaceStore, task_id:str, results:list[StepResult]):
 def results(self:WorkspaceStore, task_id:str) -> list[StepResult]:
     "A task's step results, in step order."
     with self._connect() as con:
-        rows = con.execute("SELECT result FROM results WHERE task_id = ? ORDER BY step", [task_id]).fetchall()
+        rows = con.execute("SELECT result FROM results WHERE task_id = ? ORDER BY step",
+                           [task_id]).fetchall()
     return [StepResult.model_validate_json(r[0]) for r in rows]
 
 # %% ../../nbs/44_risk_tools.ipynb #caf837fe
@@ -150,8 +164,10 @@ def _default_kb() -> Path:
 
 # %% ../../nbs/44_risk_tools.ipynb #e2956e62
 class RiskWorkspace:
-    "The nine risk-analysis tools, bound to one dataset (read-only) and one store (procedures, tasks, results)."
-    def __init__(self, db:str|Path|None=None, # the DuckDB dataset; default reach_nb.risk.data.ensure_dataset()
+    ("The nine risk-analysis tools, bound to one dataset (read-only) and one store (procedures, "
+     "tasks, results).")
+    def __init__(self,
+                 db:str|Path|None=None, # the DuckDB dataset; default reach_nb.risk.data.ensure_dataset()
                  store:str|Path|None=None, # the SQLite store; default workspace.sqlite beside the dataset
                  row_limit:int=1000, # most rows any query returns
                  query_timeout:float=20.0, # seconds before a query is interrupted
@@ -162,8 +178,9 @@ class RiskWorkspace:
 
     def tools(self) -> list[Callable]:
         "The nine tools, as bound methods for a `ToolRegistry`."
-        return [self.list_datasets, self.describe_dataset, self.list_operators, self.create_procedure, self.create_task,
-                self.list_tasks, self.run_task, self.get_result, self.search_knowledge]
+        return [self.list_datasets, self.describe_dataset, self.list_operators,
+                self.create_procedure, self.create_task, self.list_tasks, self.run_task,
+                self.get_result, self.search_knowledge]
     def close(self): self.db.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -174,15 +191,19 @@ class RiskWorkspace:
 def list_datasets(self:RiskWorkspace,
     # 'payments' (the transactions) or 'dimensions' (games, items, channels, users, devices); all when omitted
     category:Literal['payments', 'dimensions']|None=None):
-    "List the datasets you can analyse, each with its row count and a one-line description; start here."
+    ("List the datasets you can analyse, each with its row count and a one-line "
+     "description; start here.")
     if category not in (None, 'payments', 'dimensions'):
-        raise ValueError(f"category must be 'payments' or 'dimensions' (or omitted), got {category!r}")
+        raise ValueError("category must be 'payments' or 'dimensions' (or omitted), got "
+                         f"{category!r}")
     names = [t for t in self.db.columns if category in (None, DATASETS[t]['category'])]
     lo, hi = self.db.date_range()
     lines = [f"{len(names)} datasets (transactions cover {lo}..{hi}):"]
-    lines += [f"- {t} [{DATASETS[t]['category']}] {self.db.count(t):,} rows: {DATASETS[t]['description']}"
+    lines += [f"- {t} [{DATASETS[t]['category']}] {self.db.count(t):,} rows: "
+              f"{DATASETS[t]['description']}"
               for t in names]
-    return '\n'.join(lines + ["Next: describe_dataset(dataset='transactions') for its fields and sample rows."])
+    return '\n'.join(lines + ["Next: describe_dataset(dataset='transactions') for its fields and "
+                              "sample rows."])
 
 # %% ../../nbs/44_risk_tools.ipynb #c1b9867f
 @patch
@@ -195,8 +216,10 @@ def _dataset(self:RiskWorkspace, name:str) -> str:
 
 # %% ../../nbs/44_risk_tools.ipynb #68b90ad0
 @patch
-def describe_dataset(self:RiskWorkspace, dataset:str): # a name from list_datasets, e.g. 'transactions'
-    "Describe one dataset: its fields and what they mean, its row count, time range and 3 sample rows."
+def describe_dataset(self:RiskWorkspace,
+                     dataset:str): # a name from list_datasets, e.g. 'transactions'
+    ("Describe one dataset: its fields and what they mean, its row count, time range and 3 "
+     "sample rows.")
     t = self._dataset(dataset)
     cols, d = self.db.columns[t], DATASETS[t]
     lines = [f"{t} [{d['category']}]: {d['description']}", f"rows: {self.db.count(t):,}"]
@@ -224,9 +247,10 @@ def _operator_text(op:Operator) -> str:
 
 @patch
 def list_operators(self:RiskWorkspace):
-    "List the operators (compute units) a procedure's steps can use: their parameters and what they output."
-    head = (f"{len(OPERATORS)} operators; each step runs over the task's window (and baseline) and filters; "
-            f"amounts are amount_cny of successful payments. "
+    ("List the operators (compute units) a procedure's steps can use: their parameters and what "
+     "they output.")
+    head = (f"{len(OPERATORS)} operators; each step runs over the task's window (and baseline) and "
+            "filters; amounts are amount_cny of successful payments. "
             f"Dimensions: {', '.join(c for c in DIMENSIONS if self.db.has(c))}.")
     return '\n'.join([head, *map(_operator_text, OPERATORS.values())])
 
@@ -235,31 +259,39 @@ def _steps_text(steps:list[dict]) -> list[str]:
     return [f"{i}. {StepResult(operator=s['operator'], params=s['params']).call()}" for i, s in enumerate(steps, 1)]
 
 @patch
-def create_procedure(self:RiskWorkspace, name:str, # a short name saying what it is for, e.g. 'spike drivers'
+def create_procedure(self:RiskWorkspace,
+                     name:str, # a short name saying what it is for, e.g. 'spike drivers'
                      # operator steps, e.g. [{"operator": "concentration", "params": {"top": 5}}, {"operator": "trend"}]
                      steps:list[dict],
                      description:str='', # what the procedure is meant to find
                      idempotency_key:str|None=None): # set by the registry, not the model: a retry saves nothing twice
-    "Save a named analysis procedure, a list of operator steps (see list_operators); returns its procedure_id."
+    ("Save a named analysis procedure, a list of operator steps (see list_operators); returns its "
+     "procedure_id.")
     if not str(name).strip():
-        raise ValueError("name must not be empty; say what the procedure is for, e.g. 'spike drivers'")
+        raise ValueError("name must not be empty; say what the procedure is for, e.g. "
+                         "'spike drivers'")
     if not steps or len(steps) > 10:
         raise ValueError(f"give 1 to 10 steps, got {len(steps or [])}; "
                          f"e.g. [{json.dumps(example_step(OPERATORS['concentration']))}]")
     checked = [check_step(s, i) for i, s in enumerate(steps, 1)]
-    pid = self.store.add('procedures', idempotency_key, name=str(name).strip(), description=description, steps=checked)
+    pid = self.store.add('procedures', idempotency_key, name=str(name).strip(),
+                         description=description, steps=checked)
     return '\n'.join([f"Created procedure {pid} '{str(name).strip()}' with {len(checked)} steps:",
                       *_steps_text(checked),
-                      f"Next: create_task(procedure_id='{pid}', start='YYYY-MM-DD', end='YYYY-MM-DD')"])
+                      f"Next: create_task(procedure_id='{pid}', start='YYYY-MM-DD', "
+                      "end='YYYY-MM-DD')"])
 
 # %% ../../nbs/44_risk_tools.ipynb #1f0ff88c
 def _filters_text(filters:dict) -> str:
     return ', '.join(f"{c}={'/'.join(v)}" for c, v in filters.items()) or 'none'
 
-def _task_text(verb:str, tid:str, name:str, proc:dict, window:Window, filters:dict, notes:list[str]) -> str:
-    "What `create_task` answers: the task, its procedure, window and filters, the notes, and the next call."
+def _task_text(verb:str, tid:str, name:str, proc:dict, window:Window, filters:dict,
+               notes:list[str]) -> str:
+    ("What `create_task` answers: the task, its procedure, window and filters, the notes, and "
+     "the next call.")
     return '\n'.join([f"{verb} task {tid} '{name}' for {proc['id']} '{proc['name']}' "
-                      f"({len(proc['steps'])} steps) on transactions:", f"{window}; filters: {_filters_text(filters)}",
+                      f"({len(proc['steps'])} steps) on transactions:",
+                      f"{window}; filters: {_filters_text(filters)}",
                       *(f"note: {n}" for n in notes), f"Next: run_task(task_id='{tid}')"])
 
 @patch
@@ -284,15 +316,15 @@ def create_task(self:RiskWorkspace, procedure_id:str, # from create_procedure, e
     ("Create an analysis task (a procedure over a date window vs a baseline, maybe filtered), "
      "or update the task `task_id`.")
     if self._dataset(dataset) != 'transactions': raise ValueError(
-        f"tasks run over 'transactions' (the payments); {short_repr(dataset)} is a dimension table: "
-        "filter or group by its id instead")
+        f"tasks run over 'transactions' (the payments); {short_repr(dataset)} is a dimension "
+        "table: filter or group by its id instead")
     old = self.store.get('tasks', task_id) if task_id is not None else None
     proc = self.store.get('procedures', procedure_id)
     window, notes = make_window(start, end, baseline_start, baseline_end, self.db.date_range())
     filters = Query(self.db, window, filters).filters
     name = str(name).strip() or f"{proc['name']} {window.start}..{window.end}"
-    row = dict(name=name, procedure_id=proc['id'], dataset='transactions', frame=window.model_dump(mode='json'),
-               filters=filters, notes=notes)
+    row = dict(name=name, procedure_id=proc['id'], dataset='transactions',
+               frame=window.model_dump(mode='json'), filters=filters, notes=notes)
     tid = self.store.add('tasks', idempotency_key, **row) if old is None else self._replace_task(old['id'], row)
     return _task_text('Updated' if old else 'Created', tid, name, proc, window, filters, notes)
 
@@ -302,22 +334,27 @@ def _window_text(frame:dict) -> tuple[str, str]:
 
 def _task_row(t:dict) -> list:
     "One task as a row of the `list_tasks` table."
-    return [t['id'], t['name'], t['procedure_id'], *_window_text(t['frame']), _filters_text(t['filters']), t['status']]
+    return [t['id'], t['name'], t['procedure_id'], *_window_text(t['frame']),
+            _filters_text(t['filters']), t['status']]
 
 @patch
 def list_tasks(self:RiskWorkspace,
                status:Literal['created', 'done', 'failed']|None=None): # only tasks with this status; all when omitted
-    "List the analysis tasks: id, name, procedure, window, baseline, filters and status (created, done or failed)."
+    ("List the analysis tasks: id, name, procedure, window, baseline, filters and status (created, "
+     "done or failed).")
     tasks = self.store.all('tasks', status)
     if not tasks: return (f"No tasks{f' with status {status!r}' if status else ''} yet; "
-                          "create one with create_task(procedure_id=..., start='YYYY-MM-DD', end='YYYY-MM-DD').")
+                          "create one with create_task(procedure_id=..., start='YYYY-MM-DD', "
+                          "end='YYYY-MM-DD').")
     cut = [f"(the latest 30 of {len(tasks)})"] if len(tasks) > 30 else []
     cols = ['task_id', 'name', 'procedure', 'window', 'baseline', 'filters', 'status']
-    return '\n'.join([f"{len(tasks)} tasks:", *md_table(cols, [_task_row(t) for t in tasks[-30:]]), *cut])
+    return '\n'.join([f"{len(tasks)} tasks:", *md_table(cols, [_task_row(t) for t in tasks[-30:]]),
+                      *cut])
 
 # %% ../../nbs/44_risk_tools.ipynb #46cee1f6
 def _run_step(q:Query, step:dict) -> StepResult:
-    "Run a step; a failure becomes a result with `error` (our own errors say what to do; others keep their type)."
+    ("Run a step; a failure becomes a result with `error` (our own errors say what to do; others "
+     "keep their type).")
     try: return execute_step(q, step)
     except Exception as e:
         error = str(e) if isinstance(e, (ValueError, QueryTimeout)) else f"{type(e).__name__}: {e}"
@@ -325,7 +362,8 @@ def _run_step(q:Query, step:dict) -> StepResult:
 
 def _task_head(t:dict, proc:dict) -> list[str]:
     w = Window(**t['frame'])
-    return [f"{t['id']} '{t['name']}' {t['status']}: procedure {proc['id']} '{proc['name']}' on transactions",
+    return [f"{t['id']} '{t['name']}' {t['status']}: procedure {proc['id']} '{proc['name']}' on "
+            "transactions",
             f"{w}; filters: {_filters_text(t['filters'])}"]
 
 # %% ../../nbs/44_risk_tools.ipynb #714f7cd5
@@ -338,7 +376,8 @@ def _summary(self:RiskWorkspace, t:dict, results:list[StepResult]) -> str:
 
 @patch
 def run_task(self:RiskWorkspace, task_id:str): # from create_task, e.g. 'task_0001'
-    "Run every step of a task and store the results; returns one headline per step (details with get_result)."
+    ("Run every step of a task and store the results; returns one headline per step (details with "
+     "get_result).")
     t = self.store.get('tasks', task_id)
     if t['status'] == 'done':
         return self._summary(t, self.store.results(t['id'])) + '\n(already run; these are the stored results)'
@@ -354,7 +393,8 @@ def run_task(self:RiskWorkspace, task_id:str): # from create_task, e.g. 'task_00
 _RESULT_CAP = 3000
 
 def _cap(blocks:list[tuple[int, str]], task_id:str, cap:int=_RESULT_CAP) -> str:
-    "Join the steps' text blocks, cutting at a line boundary below `cap` with a note naming the steps cut."
+    ("Join the steps' text blocks, cutting at a line boundary below `cap` with a note naming "
+     "the steps cut.")
     text = '\n'.join(b for _, b in blocks)
     if len(text) <= cap: return text
     keep = text.rfind('\n', 0, cap - 250)
@@ -363,7 +403,8 @@ def _cap(blocks:list[tuple[int, str]], task_id:str, cap:int=_RESULT_CAP) -> str:
     cut = [i for i, a, z in starts if z > keep and i]
     first = cut[0] if cut else 1
     which = f"steps {', '.join(map(str, cut))}" if cut else 'the rest'
-    return (text[:keep] + f"\n…[cut {len(text) - keep:,} of {len(text):,} characters: {which} shown only in part "
+    return (text[:keep] + f"\n…[cut {len(text) - keep:,} of {len(text):,} characters: {which} "
+                          "shown only in part "
             "or not at all; ask for one step with fewer rows, "
             f"e.g. get_result(task_id='{task_id}', step={first}, top=3)]")
 
@@ -372,7 +413,8 @@ def _cap(blocks:list[tuple[int, str]], task_id:str, cap:int=_RESULT_CAP) -> str:
 def get_result(self:RiskWorkspace, task_id:str, # from create_task, e.g. 'task_0001'
                step:int|None=None, # one step's number (1, 2, ...); all steps when omitted
                top:int=5): # rows to show per step (per dimension for concentration)
-    "Show a run task's results: each step's headline, notes and top rows (one step or all), in prompt-sized text."
+    ("Show a run task's results: each step's headline, notes and top rows (one step or all), in "
+     "prompt-sized text.")
     t = self.store.get('tasks', task_id)
     results = self.store.results(t['id'])
     if not results: raise ValueError(f"{t['id']} has not been run yet (status {t['status']}); "
@@ -385,8 +427,11 @@ def get_result(self:RiskWorkspace, task_id:str, # from create_task, e.g. 'task_0
     for k in dict.fromkeys([top, min(top, 3), 1, 0]):  # fewer rows until every step's headline fits
         blocks = head + [(i, f"[{i}] {r.call()}\n{r.text(k)}") for i, r in picked]
         if sum(len(b) + 1 for _, b in blocks) <= _RESULT_CAP - 200: break
-    if k < top: blocks.append((0, f"(top {k} rows instead of {top} to keep this short; for more rows ask for one step, "
-                                  f"e.g. get_result(task_id='{t['id']}', step={picked[0][0]}, top={max(k, 3)}))"))
+    if k < top:
+        blocks.append((0,
+                       f"(top {k} rows instead of {top} to keep this short; for more rows ask for one step, "
+                          f"e.g. get_result(task_id='{t['id']}', step={picked[0][0]}, "
+                          f"top={max(k, 3)}))"))
     return _cap(blocks, t['id'])
 
 # %% ../../nbs/44_risk_tools.ipynb #074b42fc
@@ -406,8 +451,9 @@ def search_knowledge(self:RiskWorkspace,
     kb, limit = self.knowledge(), check_range(limit, 'limit', 1, 10)
     if not kb.sections: return f"The knowledge base at {self.kb_dir} is empty."
     hits = kb.search(query, limit)
-    if not hits: return (f"No section matches {query!r}. Files: {', '.join(f.name for f in kb.files)}. "
-                         "Try other words (English or Chinese).")
+    if not hits:
+        return (f"No section matches {query!r}. Files: {', '.join(f.name for f in kb.files)}. "
+                "Try other words (English or Chinese).")
     trim = lambda s: s if len(s) <= 900 else s[:900].rsplit(' ', 1)[0] + ' …'
     return '\n\n'.join(f"[{k}] {s.file} › {s.heading.split(' › ', 1)[-1]}\n{trim(s.text)}"
                        for k, (_, s) in enumerate(hits, 1))
@@ -426,12 +472,15 @@ _EXAMPLES = {
     'get_result': "get_result(task_id='task_0001', step=1, top=5)",
     'search_knowledge': "search_knowledge(query='proxy recharge 代充 signs', limit=3)"}
 _SYNONYMS = {'procedure_id': ['proc_id', 'procedure', 'pid'], 'task_id': ['task', 'tid', 'id'],
-             'steps': ['operators', 'pipeline'], 'filters': ['filter', 'where'], 'category': ['db_category', 'kind']}
+             'steps': ['operators', 'pipeline'], 'filters': ['filter', 'where'],
+             'category': ['db_category', 'kind']}
 _ALIASES = {'list_datasets': ['RetrieveDatasetList'], 'describe_dataset': ['RetrieveDatasetDetail'],
             'list_operators': ['RetrieveComputeUnitList', 'AnalysisComputeUnitRetrieval'],
-            'create_procedure': ['CreateAnalysisFlowProcedure'], 'create_task': ['CreateAnalysisTask'],
-            'list_tasks': ['RetrieveAnalysisTask', 'AnalysisTaskRetrieval'], 'run_task': ['RunAnalysisTask'],
-            'get_result': ['GetAnalysisResult'], 'search_knowledge': ['RetrieveCollection', 'CollectionRetrieval']}
+            'create_procedure': ['CreateAnalysisFlowProcedure'],
+            'create_task': ['CreateAnalysisTask'],
+            'list_tasks': ['RetrieveAnalysisTask', 'AnalysisTaskRetrieval'],
+            'run_task': ['RunAnalysisTask'], 'get_result': ['GetAnalysisResult'],
+            'search_knowledge': ['RetrieveCollection', 'CollectionRetrieval']}
 
 # %% ../../nbs/44_risk_tools.ipynb #a64122e4
 def risk_registry(ws:RiskWorkspace|None=None, # the workspace; default one on the default dataset
