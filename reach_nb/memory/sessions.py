@@ -14,9 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 from fastcore.basics import patch
 from pydantic import BaseModel, Field
 from ..config import load_settings, resolve_path
-from ..core import (ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd,
-                           StepStart, ToolCall, ToolEnd,
-                           ToolStart, Usage, UserError, event_from_json)
+from ..core import ModelOutput, Observation, Run, RunEnd, RunStart, Step, StepEnd, StepStart
+from ..core import ToolCall, ToolEnd, ToolStart, Usage, UserError, event_from_json
 from ..agents.kernel import Calls, Diverged, cancellable, carry_on, fork_events, rewired, watched
 from ..tools import ToolRegistry
 

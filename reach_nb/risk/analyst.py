@@ -11,9 +11,9 @@ from typing import Callable
 import reach_nb.agents.pipeline as pipelines
 from ..agents import dag, plan_execute, rewoo, router
 from ..llm.models import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
-from .analysis import (PLANS, PROCEDURE_STEPS, Question, Seen, call_reply, cannot_simulate, conclude,
-                                    data_range, last_seen, next_reply, procedure_purpose, read_observations,
-                                    read_question, say, search_seen, task_steps, window)
+from .analysis import PLANS, PROCEDURE_STEPS, Question, Seen, call_reply, cannot_simulate, conclude
+from .analysis import data_range, last_seen, next_reply, procedure_purpose, read_observations
+from .analysis import read_question, say, search_seen, task_steps, window
 
 # %% auto #0
 __all__ = ['LOOKUPS', 'ROLES', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence', 'seen_in_history', 'Ref', 'Move',

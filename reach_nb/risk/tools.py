@@ -14,8 +14,8 @@ from ..config import load_settings, shipped
 from ..core import UserError
 from ..tools import Tool, ToolRegistry, schema_label, short_repr, suggest_name
 from .db import DATASETS, DIMENSIONS, Query, QueryTimeout, RiskDB, Window, make_window
-from .operators import (OPERATORS, Operator, StepResult, check_range, check_step,
-                                     example_step, execute_step, md_table)
+from .operators import OPERATORS, Operator, StepResult, check_range, check_step
+from .operators import example_step, execute_step, md_table
 from .knowledge import KnowledgeBase
 
 # %% auto #0
