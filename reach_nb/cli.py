@@ -18,7 +18,8 @@ __all__ = ['app', 'bench_app', 'data_app', 'mcp_app', 'format_event', 'print_eve
            'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'eval_cmd', 'main']
 
 # %% ../nbs/99_cli.ipynb #3f36c9e2
-def _clip(s:str, n:int=600) -> str: return s if len(s) <= n else s[:n] + f' … [{len(s) - n} more chars]'
+def _clip(s:str, n:int=600) -> str:
+    return s if len(s) <= n else s[:n] + f' … [{len(s) - n} more chars]'
 
 def _step_text(s:Step) -> str:
     fixes = ': ' + ', '.join(s.repairs) if s.repairs else ''
@@ -35,17 +36,21 @@ def _step_text(s:Step) -> str:
 def _end_text(e:RunEnd, shown:str|None) -> str:
     u, out = e.usage, ''
     if e.answer is not None and e.answer != shown: out = f"\nAnswer from what is known: {e.answer}"
-    if e.meta.get('simulated'): out += f"\n(simulated: {e.meta.get('simulated_note', 'no real model was called')})"
-    return (f"{out}\n== stopped: {e.stop_reason} · {u.llm_calls} model calls · {u.prompt_tokens}+{u.completion_tokens}"
-            f" tokens · {u.tool_calls} tool calls · {u.wall_time:.2f}s")
+    if e.meta.get('simulated'):
+        out += f"\n(simulated: {e.meta.get('simulated_note', 'no real model was called')})"
+    return (f"{out}\n== stopped: {e.stop_reason} · {u.llm_calls} model calls · "
+            f"{u.prompt_tokens}+{u.completion_tokens} tokens · {u.tool_calls} "
+            f"tool calls · {u.wall_time:.2f}s")
 
 # %% ../nbs/99_cli.ipynb #f07bdf85
 def _plan_text(e:PlanMade) -> str:
-    "A plan as lines: its version and note, then each task's call (or goal) and the tasks it waits for."
+    ("A plan as lines: its version and note, then each task's call (or "
+     "goal) and the tasks it waits for.")
     note = f": {_clip(e.note, 300)}" if e.note else ''
     task = lambda t: _clip(str(t.call), 200) if t.call else f"(goal) {_clip(t.goal, 200)}"
     wait = lambda t: f"  ← {', '.join(t.deps)}" if t.deps else ''
-    return '\n'.join([f"\n── plan {e.version}{note}", *(f"  {t.id:>5}  {task(t)}{wait(t)}" for t in e.tasks)])
+    return '\n'.join([f"\n── plan {e.version}{note}",
+                      *(f"  {t.id:>5}  {task(t)}{wait(t)}" for t in e.tasks)])
 
 # %% ../nbs/99_cli.ipynb #96addfd0
 def format_event(e, # an event of a run
@@ -53,24 +58,32 @@ def format_event(e, # an event of a run
                 ) -> str|None:
     "Readable text for one event, or None for events not worth a line."
     if isinstance(e, RunStart):
-        sim = f"\n  (simulated: {e.meta.get('simulated_note', 'no real model')})" if e.meta.get('simulated') else ''
-        run = f"\nRun: {e.meta['run_id']} · session: {e.meta.get('session_id')}" if e.meta.get('run_id') else ''
+        sim = (f"\n  (simulated: {e.meta.get('simulated_note', 'no real model')})"
+               if e.meta.get('simulated') else '')
+        run = (f"\nRun: {e.meta['run_id']} · session: {e.meta.get('session_id')}"
+               if e.meta.get('run_id') else '')
         return f"Question: {e.question}\nAgent: {e.agent} · model: {e.model}{run}{sim}"
     if isinstance(e, StepEnd): return _step_text(e.step)
     if isinstance(e, PlanMade): return _plan_text(e)
-    if isinstance(e, Routed): return f"\n→ routed to {e.agent} (by {e.by}): {_clip(e.reason, 300)}"
+    if isinstance(e, Routed):
+        return f"\n→ routed to {e.agent} (by {e.by}): {_clip(e.reason, 300)}"
     if isinstance(e, RunEnd): return _end_text(e, shown)
     return None
 
 # %% ../nbs/99_cli.ipynb #d928b19c
 class _Waiting:
-    "While a step waits on the model: every `every` seconds, the time waited on `out` (one redrawn line on a terminal)."
-    def __init__(self, out, every:float=2.0): self.out, self.every, self._stop, self._thread = out, every, None, None
+    ("While a step waits on the model: every `every` seconds, the time waited on `out` (one "
+     "redrawn line on a terminal).")
+    def __init__(self, out, every:float=2.0):
+        self.out = out
+        self.every = every
+        self._stop = self._thread = None
 
     def start(self):
         self.stop()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, args=(self._stop, time.monotonic()), daemon=True)
+        self._thread = threading.Thread(target=self._tick, args=(self._stop, time.monotonic()),
+                                        daemon=True)
         self._thread.start()
 
     def _tick(self, stop:threading.Event, t0:float):
@@ -78,8 +91,10 @@ class _Waiting:
         drawn = False
         while not stop.wait(self.every):
             msg = f"  waiting for the model… {time.monotonic() - t0:.0f}s"
-            print('\r' + msg if tty else msg, end='' if tty else '\n', file=self.out, flush=True); drawn = True
-        if tty and drawn: print('\r\033[K', end='', file=self.out, flush=True)  # clear the line before the step prints
+            print('\r' + msg if tty else msg, end='' if tty else '\n', file=self.out, flush=True)
+            drawn = True
+        # clear the line before the step prints
+        if tty and drawn: print('\r\033[K', end='', file=self.out, flush=True)
 
     def stop(self):
         if self._stop is None: return
@@ -89,18 +104,22 @@ class _Waiting:
 def _sibling(p:Path, tag:str) -> Path: return p.with_name(f"{p.stem}.{tag}{p.suffix}")
 
 class _TraceFile:
-    "A trace written to NAME.partial.jsonl as the run goes, then NAME.jsonl if the run answered, else NAME.failed.jsonl"
+    ("A trace written to NAME.partial.jsonl as the run goes, then NAME.jsonl if the run "
+     "answered, else NAME.failed.jsonl")
     def __init__(self, path:Path, where:str='option --trace'):
         self.path = Path(path).absolute()  # said in full when the run ends
         self.partial, self.failed = _sibling(self.path, 'partial'), _sibling(self.path, 'failed')
         todo = 'give the path of a file in a folder you can write, e.g. traces/run.jsonl'
-        if self.path.is_dir(): raise UserError(f"the trace path {self.path} is a folder", where, todo)
+        if self.path.is_dir():
+            raise UserError(f"the trace path {self.path} is a folder", where, todo)
         try: self.writer = TraceWriter(self.partial)
         except OSError as e:
-            raise UserError(f"cannot write the trace {self.path} ({e.strerror or e})", where, todo) from None
+            raise UserError(f"cannot write the trace {self.path} ({e.strerror or e})", where,
+                            todo) from None
 
     def finish(self, answered:bool) -> Path:
-        "Close the trace and move it into place: over `path` if the run answered, else to the failed sibling."
+        ("Close the trace and move it into place: over `path` if the run "
+         "answered, else to the failed sibling.")
         self.writer.close()
         dest = self.path if answered else self.failed
         os.replace(self.partial, dest)
@@ -120,18 +139,23 @@ def _report(run:Run|None, tf:_TraceFile|None, say, err):
 
 # %% ../nbs/99_cli.ipynb #1d62aadf
 def _drop_stdout():
-    "Send what is still to be printed to standard output nowhere: its reader has gone (a closed pipe, as `| head`)."
+    ("Send what is still to be printed to standard output nowhere: its reader has gone "
+     "(a closed pipe, as `| head`).")
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 class _Printer:
-    "Prints each event as it arrives (`printer(e)`), shows the wait on the model and writes the trace."
+    ("Prints each event as it arrives (`printer(e)`), shows the wait on "
+     "the model and writes the trace.")
     def __init__(self, out=None, trace:Path|_TraceFile|None=None, err=None, wait_every:float=2.0):
         self.out, self.err = out or sys.stdout, err or sys.stderr
         self.tf = _TraceFile(trace) if isinstance(trace, (str, Path)) else trace
-        self.seen, self.shown, self.waiting = [], None, _Waiting(self.err, wait_every)
+        self.seen = []
+        self.shown = None
+        self.waiting = _Waiting(self.err, wait_every)
 
     def say(self, txt:str):
-        "Print `txt`; once the reader of standard output has gone, print nothing more and let the run go on."
+        ("Print `txt`; once the reader of standard output has gone, print "
+         "nothing more and let the run go on.")
         try: print(valid_text(txt), file=self.out, flush=True)
         except BrokenPipeError:
             if self.out is sys.stdout: _drop_stdout()
@@ -145,7 +169,8 @@ class _Printer:
         if isinstance(e, StepStart): self.waiting.start()
 
     def close(self, done:bool) -> Run|None:
-        "Move the trace into place and say where it went; the run, if the events came to their end (`done`)."
+        ("Move the trace into place and say where it went; the run, if the "
+         "events came to their end (`done`).")
         self.waiting.stop()
         run = Run.from_events(self.seen) if done and self.seen else None
         _report(run, self.tf, self.say, self.err)
@@ -153,8 +178,10 @@ class _Printer:
 
 # %% ../nbs/99_cli.ipynb #f0fabc0d
 def print_events(go, # called with a printer: `go(show)` passes each event to `show` as it happens
-                 out=None, trace:Path|_TraceFile|None=None, err=None, wait_every:float=2.0) -> Run|None:
-    "Run `go`, printing the events it passes on; the run they add up to (None if it was interrupted)."
+                 out=None, trace:Path|_TraceFile|None=None, err=None,
+                 wait_every:float=2.0) -> Run|None:
+    ("Run `go`, printing the events it passes on; the run they add up to "
+     "(None if it was interrupted).")
     show, done = _Printer(out, trace, err, wait_every), False
     try: go(show); done = True
     finally: run = show.close(done)
@@ -172,8 +199,8 @@ def print_run(events, # the events of a run, as they happen
     return print_events(go, out, trace, err, wait_every)
 
 # %% ../nbs/99_cli.ipynb #2c6900aa
-app = typer.Typer(help='reach_nb: build, step through and measure LLM agents.', no_args_is_help=True,
-                  add_completion=False)
+app = typer.Typer(help='reach_nb: build, step through and measure LLM agents.',
+                  no_args_is_help=True, add_completion=False)
 bench_app = typer.Typer(help='Benchmarks that print measured figures.', no_args_is_help=True)
 app.add_typer(bench_app, name='bench')
 data_app = typer.Typer(help='The sample risk datasets (DuckDB).', no_args_is_help=True)
@@ -181,19 +208,22 @@ app.add_typer(data_app, name='data')
 _debug = {'on': False}
 
 @app.callback()
-def _options(debug:bool = typer.Option(False, '--debug', help='Also show the traceback behind an error message.')):
+def _options(debug:bool = typer.Option(False, '--debug',
+                                       help='Also show the traceback behind an error message.')):
     _debug['on'] = debug
 
 _OPTION_OF = {'base_url': '--base-url', 'max_steps': '--max-steps', 'request_timeout': '--timeout'}
 
 def _settings(**overrides) -> Settings:
     "Settings with the command's options on top, each checked like the setting it overrides."
-    return load_settings(sources={k: f"option {_OPTION_OF.get(k, k)}" for k in overrides}, **overrides)
+    return load_settings(sources={k: f"option {_OPTION_OF.get(k, k)}" for k in overrides},
+                         **overrides)
 
 def _at_least(value, lo, option:str):
     "A `UserError` if the `option` value is below `lo`."
-    if value < lo: raise UserError(f"{option} must be at least {lo}, got {value}", f"option {option}",
-                                   f"give a number of at least {lo}, e.g. {option} {max(lo, 1)}")
+    if value < lo:
+        raise UserError(f"{option} must be at least {lo}, got {value}", f"option {option}",
+                        f"give a number of at least {lo}, e.g. {option} {max(lo, 1)}")
 
 # %% ../nbs/99_cli.ipynb #ba2963c0
 _QUESTION_TODO = "ask something, e.g. reach ask 'Why did recharge volume jump last week?'"
@@ -203,44 +233,54 @@ def _read_file(file:Path) -> str:
     "The question in `file`; a `UserError` if it is missing, unreadable or not UTF-8."
     try: return Path(file).read_text(encoding='utf-8')
     except FileNotFoundError:
-        raise UserError(f"no file {file}", 'option --file', 'give the path of a file holding the question') from None
+        raise UserError(f"no file {file}", 'option --file',
+                        'give the path of a file holding the question') from None
     except UnicodeDecodeError as e:
-        raise UserError(f"{file} is not UTF-8 text (byte {e.start})", 'option --file', _UTF8_TODO) from None
+        raise UserError(f"{file} is not UTF-8 text (byte {e.start})", 'option --file',
+                        _UTF8_TODO) from None
     except OSError as e: raise UserError(f"cannot read {file} ({e.strerror or e})", 'option --file',
                                          'give a readable UTF-8 text file') from None
 
 def _read_stdin(stdin=None) -> str:
-    "Standard input as UTF-8 text; a `UserError` naming standard input for bytes that are not UTF-8."
+    ("Standard input as UTF-8 text; a `UserError` naming standard input "
+     "for bytes that are not UTF-8.")
     stdin = stdin or sys.stdin
-    data = stdin.buffer.read() if hasattr(stdin, 'buffer') else stdin.read().encode('utf-8', 'surrogateescape')
+    data = (stdin.buffer.read() if hasattr(stdin, 'buffer')
+            else stdin.read().encode('utf-8', 'surrogateescape'))
     try: return data.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise UserError(f"the question is not UTF-8 text (byte {e.start})", 'standard input', _UTF8_TODO) from None
+        raise UserError(f"the question is not UTF-8 text (byte {e.start})", 'standard input',
+                        _UTF8_TODO) from None
 
 def _question(text:str|None, file:Path|None) -> str:
-    "The question from the argument, standard input (`-`) or `--file`; a `UserError` if missing or empty."
+    ("The question from the argument, standard input (`-`) or `--file`; a "
+     "`UserError` if missing or empty.")
     if text is not None and file is not None:
         raise UserError('a question and --file were both given', 'reach ask', 'give one of them')
     if file is not None: text, where = _read_file(file), 'option --file'
     elif text == '-': text, where = _read_stdin(), 'standard input'
     else: where = 'the QUESTION argument'
     if text is None:
-        raise UserError('no question', 'reach ask', "give one as an argument, '-' for standard input, or --file PATH")
+        raise UserError('no question', 'reach ask',
+                        "give one as an argument, '-' for standard input, or --file PATH")
     if not text.strip(): raise UserError('the question is empty', where, _QUESTION_TODO)
     return text.strip()
 
 # %% ../nbs/99_cli.ipynb #fe302a3f
 _ARG_OF = {'scripted': 'FILE.json', 'replay': 'FILE.jsonl', 'openai': 'NAME'}
-_NO_MODEL_TODO = ("set REACH_API_KEY (or OPENAI_API_KEY) for a hosted model, or REACH_BASE_URL for a local server; "
-                  "or try it offline with --model sim-analyst")
+_NO_MODEL_TODO = ("set REACH_API_KEY (or OPENAI_API_KEY) for a hosted model, or REACH_BASE_URL for "
+                  "a local server; or try it offline with --model sim-analyst")
 
-def _known_models() -> str: return ', '.join(f"{n}:{_ARG_OF[n]}" if n in _ARG_OF else n for n in sorted(MODELS))
+def _known_models() -> str:
+    return ', '.join(f"{n}:{_ARG_OF[n]}" if n in _ARG_OF else n for n in sorted(MODELS))
 
 def _labelled(llm, spec:str, s:Settings):
-    "`llm` with its runs labelled by the spec (and endpoint) that made it, so that `reach resume` can make it again."
+    ("`llm` with its runs labelled by the spec (and endpoint) that made it, so that "
+     "`reach resume` can make it again.")
     name, _, arg = spec.partition(':')
     if name in ('scripted', 'replay') and arg: spec = f"{name}:{Path(arg).absolute()}"
-    endpoint = {'base_url': s.base_url} if s.base_url and (name == 'openai' or name not in MODELS) else {}
+    own = name == 'openai' or name not in MODELS
+    endpoint = {'base_url': s.base_url} if s.base_url and own else {}
     llm.meta = {**llm.meta, 'model_spec': spec, **endpoint}
     return llm
 
@@ -253,8 +293,10 @@ def _model(spec:str|None, s:Settings, registered:bool=False):
     try: llm = get_model(spec, settings=s)
     except UserError: raise
     except ModelNotConfigured as e:
-        raise UserError(f"cannot use the model {spec!r}: no model endpoint is configured", where, _NO_MODEL_TODO) from e
-    except (ValueError, OSError) as e: raise UserError(f"cannot use the model {spec!r}", where, str(e)) from e
+        raise UserError(f"cannot use the model {spec!r}: no model endpoint is configured", where,
+                        _NO_MODEL_TODO) from e
+    except (ValueError, OSError) as e:
+        raise UserError(f"cannot use the model {spec!r}", where, str(e)) from e
     return _labelled(llm, spec, s)
 
 # %% ../nbs/99_cli.ipynb #92962fcf
@@ -267,35 +309,44 @@ def _agent_options(native:bool, context:str|None, dialect:str|None) -> dict:
         try: kw['context'] = get_policy(context)
         except (ValueError, TypeError):
             raise UserError(f"bad context policy {context[:60]!r}", 'option --context',
-                            'use full, window, window:K, layered or layered:K, e.g. --context window:4') from None
+                            'use full, window, window:K, layered or '
+                            'layered:K, e.g. --context window:4') from None
     if dialect is not None:
         if dialect not in DIALECTS:
             raise UserError(f"unknown dialect {dialect[:60]!r}", 'option --dialect',
                             f"use one of {', '.join(DIALECTS)}")
         if native: raise UserError('--dialect with --native', 'option --dialect',
-                                   'drop one: a dialect is a JSON reply format, --native uses function calling')
+                                   'drop one: a dialect is a JSON reply format, '
+                                   '--native uses function calling')
         kw['dialect'] = dialect
     return kw
 
 # %% ../nbs/99_cli.ipynb #c494daf2
-_STAND_IN_NOTE = ("No model configured, so SimAnalyst, the offline simulated analyst, answers; for a real model set "
-                  "REACH_API_KEY (or REACH_BASE_URL for a local server), or pass --model.")
+_STAND_IN_NOTE = ("No model configured, so SimAnalyst, the offline simulated analyst, "
+                  "answers; for a real model set REACH_API_KEY (or REACH_BASE_URL for a "
+                  "local server), or pass --model.")
 
 def _model_or_stand_in(spec:str|None, s:Settings, native:bool=False, err=None):
-    "The model of `--model` or the settings; with neither configured, the offline simulated analyst, said on `err`."
+    ("The model of `--model` or the settings; with neither configured, the offline "
+     "simulated analyst, said on `err`.")
     from reach_nb.risk.analyst import SimAnalyst
     try: llm, note = _model(spec, s), None
-    except UserError as e:  # the stand-in only when nothing was chosen: no --model, the model setting as it comes
-        if spec is not None or s.model != Settings().model or not isinstance(e.__cause__, ModelNotConfigured): raise
+    # the stand-in only when nothing was chosen: no --model, the model setting as it comes
+    except UserError as e:
+        chosen = spec is not None or s.model != Settings().model
+        if chosen or not isinstance(e.__cause__, ModelNotConfigured): raise
         llm, note = _model('sim-analyst', s), _STAND_IN_NOTE
     if native and isinstance(llm, SimAnalyst):
-        raise UserError('SimAnalyst, the offline simulated analyst, plays the JSON protocol only', 'option --native',
-                        'drop --native, or give a model that calls functions (REACH_API_KEY or --base-url, --model)')
+        raise UserError('SimAnalyst, the offline simulated analyst, plays the JSON protocol only',
+                        'option --native',
+                        'drop --native, or give a model that calls functions '
+                        '(REACH_API_KEY or --base-url, --model)')
     if note: print(note, file=err or sys.stderr, flush=True)
     return llm
 
 def _dataset(err=None) -> Path:
-    "The sample dataset, built on first use with a progress bar on `err`, its path then printed there."
+    ("The sample dataset, built on first use with a progress bar on `err`, "
+     "its path then printed there.")
     from reach_nb.risk.data import default_db_path, ensure_dataset, read_meta
     path = default_db_path()
     if read_meta(path) is not None: return path
@@ -304,34 +355,45 @@ def _dataset(err=None) -> Path:
     return out
 
 # %% ../nbs/99_cli.ipynb #6ca14135
-_MODEL_HELP = "Model name or spec ('openai:NAME', 'sim-analyst', 'replay:PATH', 'scripted:PATH', 'echo')."
-_CONTEXT_HELP = "How prompts are built from the steps: full (default), window, window:K, layered or layered:K."
+_MODEL_HELP = ("Model name or spec ('openai:NAME', 'sim-analyst', "
+               "'replay:PATH', 'scripted:PATH', 'echo').")
+_CONTEXT_HELP = ("How prompts are built from the steps: full (default), window, "
+                 "window:K, layered or layered:K.")
 _AGENT_HELP = 'The agent: react (default), plan-execute, rewoo, dag, router, pipeline or chat.'
-_PIPELINE_HELP = 'With --agent pipeline: its YAML file (default the think -> act -> observe example).'
-_TAKES = {'react': {'--native', '--dialect', '--max-steps', '--context'}, 'plan-execute': {'--context'}}
+_PIPELINE_HELP = ('With --agent pipeline: its YAML file (default the '
+                  'think -> act -> observe example).')
+_TAKES = {'react': {'--native', '--dialect', '--max-steps', '--context'},
+          'plan-execute': {'--context'}}
 _EVERY = {'--session'}  # options every agent takes
 
 def _for_agent(agent:str, # the --agent option
                pipeline:Path|None, # the --pipeline option
                given:dict) -> None: # option -> value, for the options that only some agents take
-    "Check the agent and the options given with it; a `UserError` for an unknown agent or an option it does not take."
+    ("Check the agent and the options given with it; a `UserError` for an unknown agent "
+     "or an option it does not take.")
     from reach_nb.agents.registry import AGENTS
     if agent not in AGENTS: raise UserError(f"unknown agent {agent[:60]!r}", 'option --agent',
                                             f"use one of {', '.join(AGENTS)}")
     if pipeline is not None and agent != 'pipeline':
-        raise UserError('--pipeline without --agent pipeline', 'option --pipeline', 'add --agent pipeline, or drop it')
-    if bad := [o for o, v in given.items() if v not in (None, False) and o not in _TAKES.get(agent, set()) | _EVERY]:
+        raise UserError('--pipeline without --agent pipeline', 'option --pipeline',
+                        'add --agent pipeline, or drop it')
+    if bad := [o for o, v in given.items() if v not in (None, False)
+               and o not in _TAKES.get(agent, set()) | _EVERY]:
         who = 'ReAct' + (' and plan-execute' if bad[0] == '--context' else '')
-        raise UserError(f"{bad[0]} with --agent {agent}", f"option {bad[0]}", f"it is for {who}: drop it")
+        raise UserError(f"{bad[0]} with --agent {agent}", f"option {bad[0]}",
+                        f"it is for {who}: drop it")
     if pipeline is not None:
         from reach_nb.agents.pipeline import load_pipeline
         load_pipeline(pipeline)  # a broken file is reported now, as one line
 
 # %% ../nbs/99_cli.ipynb #acc0afbb
 def _agent_kw(agent:str, s:Settings, kw:dict) -> dict:
-    "What the chosen agent is made with: ReAct all the options, plan-execute its corrections and context, others less."
-    if agent == 'react': return {'max_steps': s.max_steps, 'max_corrections': s.max_corrections, **kw}
-    if agent == 'plan-execute': return {'max_corrections': s.max_corrections, 'context': kw.get('context')}
+    ("What the chosen agent is made with: ReAct all the options, plan-execute its "
+     "corrections and context, others less.")
+    if agent == 'react':
+        return {'max_steps': s.max_steps, 'max_corrections': s.max_corrections, **kw}
+    if agent == 'plan-execute':
+        return {'max_corrections': s.max_corrections, 'context': kw.get('context')}
     return {'max_corrections': s.max_corrections} if agent in ('rewoo', 'dag', 'pipeline') else {}
 
 # %% ../nbs/99_cli.ipynb #9cd6c22a
@@ -349,55 +411,75 @@ def _store():
     try: return open_store()
     except UserError: raise  # the store's own line: it names the file and what to do
     except (ValueError, OSError) as e:
-        raise UserError(f"cannot open the session store {default_store_path()} ({str(e).removeprefix('Error: ')})",
-                        'the trace_dir setting', 'set REACH_TRACE_DIR to a folder you can write') from None
+        raise UserError(f"cannot open the session store {default_store_path()} "
+                        f"({str(e).removeprefix('Error: ')})", 'the trace_dir setting',
+                        'set REACH_TRACE_DIR to a folder you can write') from None
 
 def _workspace(s:Settings, session_id:str|None) -> Path|None:
-    "The risk tools' workspace store of a session, kept beside the session store; None (a temporary one) without."
+    ("The risk tools' workspace store of a session, kept beside the session store; "
+     "None (a temporary one) without.")
     if not session_id: return None
     name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
     return resolve_path(s.trace_dir)/'workspaces'/f'{name}.sqlite'
 
 def _converse(agent, q:str, session_id:str, tf:_TraceFile|None, labels:dict) -> Run|None:
-    "Ask `q` as the next turn of conversation `session_id` in the session store, printing the run as it goes."
+    ("Ask `q` as the next turn of conversation `session_id` in the session store, "
+     "printing the run as it goes.")
     from reach_nb.memory.conversation import Session
     with _store() as store:
-        return print_events(lambda show: Session(agent, session_id, store, labels=labels).ask(q, on_event=show), trace=tf)
+        go = lambda show: Session(agent, session_id, store, labels=labels).ask(q, on_event=show)
+        return print_events(go, trace=tf)
 
 def _labels(agent:str, pipeline:Path|None) -> dict:
-    "What a stored run records of how it was made, so that `reach resume` can make the same agent again."
-    return {'architecture': agent, **({'pipeline_file': str(pipeline.absolute())} if pipeline else {})}
+    ("What a stored run records of how it was made, so that `reach resume` "
+     "can make the same agent again.")
+    return {'architecture': agent,
+            **({'pipeline_file': str(pipeline.absolute())} if pipeline else {})}
 
 # %% ../nbs/99_cli.ipynb #6f21a0cf
 def _with_mcp(agent, config:Path|None):
-    "Add the tools of the MCP servers in `config` to the agent's registry; what to close afterwards, or None."
+    ("Add the tools of the MCP servers in `config` to the agent's registry; what "
+     "to close afterwards, or None.")
     if config is None: return None
     from reach_nb.mcp_tools import mcp_registry
     from reach_nb.tools import ToolRegistry
     reg = getattr(agent, 'tools', None)
     if not isinstance(reg, ToolRegistry):
-        raise UserError('--mcp with an agent that has no tool registry', 'option --mcp', 'use --agent react, rewoo or dag')
+        raise UserError('--mcp with an agent that has no tool registry', 'option --mcp',
+                        'use --agent react, rewoo or dag')
     return mcp_registry(config, registry=reg).mcp
 
 # %% ../nbs/99_cli.ipynb #25af9415
 @app.command()
-def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' reads it from standard input."),
-        file:Optional[Path] = typer.Option(None, '--file', help='Read the question from this file.'),
+def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' reads it from "
+                                                           "standard input."),
+        file:Optional[Path] = typer.Option(None, '--file',
+                                           help='Read the question from this file.'),
         model:Optional[str] = typer.Option(None, help=_MODEL_HELP),
-        base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint, e.g. http://127.0.0.1:8001/v1'),
+        base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint, '
+                                                         'e.g. http://127.0.0.1:8001/v1'),
         max_steps:Optional[int] = typer.Option(None, help='Hard cap on steps (at least 1).'),
-        timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request (default 60).'),
-        trace:Optional[Path] = typer.Option(None, help='Write the run as JSON lines here (NAME.failed.jsonl if not).'),
-        native:bool = typer.Option(False, help='Use native function calling instead of the JSON protocol.'),
+        timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request '
+                                                          '(default 60).'),
+        trace:Optional[Path] = typer.Option(None, help='Write the run as JSON lines '
+                                                       'here (NAME.failed.jsonl if not).'),
+        native:bool = typer.Option(False, help='Use native function calling '
+                                               'instead of the JSON protocol.'),
         context:Optional[str] = typer.Option(None, help=_CONTEXT_HELP),
-        dialect:Optional[str] = typer.Option(None, help="The reply format in JSON mode: default, risk or reach."),
-        session:Optional[str] = typer.Option(None, help='Continue this conversation (kept in the session store).'),
+        dialect:Optional[str] = typer.Option(None, help="The reply format in JSON "
+                                                        "mode: default, risk or reach."),
+        session:Optional[str] = typer.Option(None, help='Continue this conversation '
+                                                        '(kept in the session store).'),
         agent:str = typer.Option('react', help=_AGENT_HELP),
         pipeline:Optional[Path] = typer.Option(None, help=_PIPELINE_HELP),
-        mcp:Optional[Path] = typer.Option(None, help='Also use the tools of the MCP servers in this config file.')):
-    "Ask a risk-analysis agent a question (the nine risk tools over the sample data, and any MCP servers' tools)."
+        mcp:Optional[Path] = typer.Option(None, help='Also use the tools of the MCP '
+                                                     'servers in this config file.')):
+    ("Ask a risk-analysis agent a question (the nine risk tools over the sample data, "
+     "and any MCP servers' tools).")
     from reach_nb.risk.agents import risk_agent
-    q, kw, sid = _question(question, file), _agent_options(native, context, dialect), _session_id(session)
+    q = _question(question, file)
+    kw = _agent_options(native, context, dialect)
+    sid = _session_id(session)
     _for_agent(agent, pipeline, {'--native': native, '--dialect': dialect, '--session': session,
                                  '--max-steps': max_steps, '--context': context})
     s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
@@ -405,22 +487,29 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
     with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, store=_workspace(s, sid),
                     **_agent_kw(agent, s, kw)) as a:
         servers = _with_mcp(a, mcp)
-        try: run = _converse(a, q, sid, tf, _labels(agent, pipeline)) if sid else print_run(a.stream(q), trace=tf)
+        try:
+            if sid: run = _converse(a, q, sid, tf, _labels(agent, pipeline))
+            else: run = print_run(a.stream(q), trace=tf)
         finally:
             if servers is not None: servers.close()
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)
 
 # %% ../nbs/99_cli.ipynb #ea3b32c8
 @app.command()
-def demo(question:Optional[str] = typer.Argument(None, help='Ask something else than the demo question.'),
-         trace:Optional[Path] = typer.Option(None, help='Where to write the trace (default: <trace_dir>/demo.jsonl).'),
-         timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request (default 60).')):
-    "Run the risk demo: a real model if one is configured, else the SimAnalyst stand-in (no key needed)."
+def demo(question:Optional[str] = typer.Argument(None, help='Ask something else than the demo '
+                                                            'question.'),
+         trace:Optional[Path] = typer.Option(None, help='Where to write the trace '
+                                                        '(default: <trace_dir>/demo.jsonl).'),
+         timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request '
+                                                           '(default 60).')):
+    ("Run the risk demo: a real model if one is configured, else the "
+     "SimAnalyst stand-in (no key needed).")
     from reach_nb.risk.agents import risk_agent
     from reach_nb.risk.analysis import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
     s = _settings(request_timeout=timeout)
-    tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', 'option --trace' if trace else 'the trace_dir setting')
+    where = 'option --trace' if trace else 'the trace_dir setting'
+    tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', where)
     llm = _model_or_stand_in(None, s)
     with risk_agent(llm, _dataset(), max_steps=max(s.max_steps, 20)) as agent:
         run = print_run(agent.stream(q), trace=tf)
@@ -429,9 +518,11 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
 # %% ../nbs/99_cli.ipynb #62867e06
 def _stored(store, run_id:str) -> Run:
     "The stored run `run_id`; a `UserError` if the store has none."
-    info = store.info(run_id) if run_id.strip() and len(run_id) <= 200 and run_id.isprintable() else None
-    if info is None: raise UserError(f"no stored run {run_id[:60]!r}", 'the RUN_ID argument',
-                                     f"reach runs lists the stored runs (the store is {store.path})")
+    info = (store.info(run_id) if run_id.strip() and len(run_id) <= 200 and run_id.isprintable()
+            else None)
+    if info is None:
+        raise UserError(f"no stored run {run_id[:60]!r}", 'the RUN_ID argument',
+                        f"reach runs lists the stored runs (the store is {store.path})")
     return store.run(run_id)
 
 def _stored_options(meta:dict) -> dict:
@@ -442,21 +533,26 @@ def _stored_options(meta:dict) -> dict:
     return kw
 
 def _stored_agent(meta:dict, s:Settings) -> dict:
-    "How to make again the agent a stored run was made with: `risk_agent`'s arguments (architecture, pipeline, options)."
+    ("How to make again the agent a stored run was made with: `risk_agent`'s arguments "
+     "(architecture, pipeline, options).")
     agent = meta.get('architecture', 'react')
-    pipeline = Path(meta['pipeline_file']) if agent == 'pipeline' and meta.get('pipeline_file') else None
-    kw = _agent_kw(agent, s, _stored_options(meta) if agent == 'react' else {'context': meta.get('context')})
+    pipeline = (Path(meta['pipeline_file']) if agent == 'pipeline' and meta.get('pipeline_file')
+                else None)
+    kw = _agent_kw(agent, s, _stored_options(meta) if agent == 'react'
+                   else {'context': meta.get('context')})
     return {'agent': agent, 'pipeline': pipeline, **kw}
 
 def _stored_model(meta:dict, model:str|None, base_url:str|None) -> tuple[str|None, str|None]:
-    "The model spec and endpoint to resume with: those given, else those the run was made with (if it says)."
+    ("The model spec and endpoint to resume with: those given, else those the "
+     "run was made with (if it says).")
     if model is not None: return model, base_url
     return meta.get('model_spec'), base_url or meta.get('base_url')
 
 def _resumed(store, stored:Run, run_id:str, agent, tf:_TraceFile|None) -> Run|None:
     "Print the stored part of run `run_id`, then resume it, printing what it adds."
     from reach_nb.memory.sessions import resume
-    if stored.stop_reason: print('That run had finished: there is nothing to resume.', file=sys.stderr)
+    if stored.stop_reason:
+        print('That run had finished: there is nothing to resume.', file=sys.stderr)
     def go(show):
         for e in stored.events(): show(e)
         resume(store, run_id, agent, on_event=show)
@@ -464,13 +560,19 @@ def _resumed(store, stored:Run, run_id:str, agent, tf:_TraceFile|None) -> Run|No
 
 # %% ../nbs/99_cli.ipynb #bb2d684b
 @app.command('resume')
-def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (reach runs lists them).'),
-               model:Optional[str] = typer.Option(None, help=_MODEL_HELP + ' Default: the run\'s own.'),
-               base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint (default: the run\'s).'),
+def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (reach runs lists '
+                                                     'them).'),
+               model:Optional[str] = typer.Option(None, help=_MODEL_HELP + ' Default: the run\'s '
+                                                                           'own.'),
+               base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint '
+                                                                '(default: the run\'s).'),
                max_steps:Optional[int] = typer.Option(None, help='Hard cap on steps (at least 1).'),
-               timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request.'),
-               trace:Optional[Path] = typer.Option(None, help='Write the whole run as JSON lines here.')):
-    "Finish a run whose process died, from the session store, without doing its finished steps again."
+               timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model '
+                                                                 'request.'),
+               trace:Optional[Path] = typer.Option(None, help='Write the whole run as JSON lines '
+                                                              'here.')):
+    ("Finish a run whose process died, from the session store, without "
+     "doing its finished steps again.")
     from reach_nb.risk.agents import risk_agent
     with _store() as store:
         stored = _stored(store, run_id)
@@ -484,11 +586,13 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
 
 # %% ../nbs/99_cli.ipynb #6369504f
 def _trace_dir(s:Settings) -> Path:
-    "The trace folder: `trace_dir`, from the project (the nearest settings.ini's folder) or the working folder."
+    ("The trace folder: `trace_dir`, from the project (the nearest settings.ini's "
+     "folder) or the working folder.")
     return resolve_path(s.trace_dir)
 
 def _stored_runs():
-    "(created, id, session, the run) of every run in the session store, if there is one; the run loads when called."
+    ("(created, id, session, the run) of every run in the session store, if there is "
+     "one; the run loads when called.")
     from reach_nb.memory.sessions import default_store_path
     if not default_store_path().exists(): return []
     with _store() as store:
@@ -499,7 +603,8 @@ def _stored_run(run_id:str) -> Run:
     with _store() as store: return store.run(run_id)
 
 def _trace(path:Path) -> Run:
-    "The run in the trace at `path`; one cut short is read up to the cut without a warning (it shows as incomplete)."
+    ("The run in the trace at `path`; one cut short is read up to the cut without a "
+     "warning (it shows as incomplete).")
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         return Run.load(path)
@@ -511,7 +616,8 @@ def _trace_runs(s:Settings):
 
 # %% ../nbs/99_cli.ipynb #ab21c082
 def _listing(run_of) -> tuple[str, str, str]:
-    "(agent, how it ended, question on one line) of a run, or 'unreadable' for a trace that can't be read."
+    ("(agent, how it ended, question on one line) of a run, or 'unreadable' "
+     "for a trace that can't be read.")
     try: run = run_of()
     except (UserError, ValueError, OSError): return '?', 'unreadable', ''
     q = ' '.join(run.question.split())
@@ -524,26 +630,31 @@ def _runs_table(rows:list) -> str:
         agent, status, q = _listing(run_of)
         lines.append((run_id, agent, status, session, q))
     w = [max(len(l[k]) for l in lines) for k in range(4)]
-    return '\n'.join('  '.join([*(c.ljust(w[k]) for k, c in enumerate(l[:4])), l[4]]).rstrip() for l in lines)
+    return '\n'.join('  '.join([*(c.ljust(w[k]) for k, c in enumerate(l[:4])), l[4]]).rstrip()
+                     for l in lines)
 
 @app.command('runs')
 def runs_cmd(limit:int = typer.Option(20, help='Show this many, the newest.')):
-    "List the recent runs, newest first: the session store's (reach ask --session) and the trace files'."
+    ("List the recent runs, newest first: the session store's (reach ask "
+     "--session) and the trace files'.")
     _at_least(limit, 1, '--limit')
     s = _settings()
     rows = sorted([*_stored_runs(), *_trace_runs(s)], key=lambda r: r[0], reverse=True)
     if not rows:
-        print("No runs yet: reach ask --session NAME stores runs, reach demo and --trace FILE write traces.")
+        print("No runs yet: reach ask --session NAME stores runs, reach demo "
+              "and --trace FILE write traces.")
         return
     print(_runs_table(rows[:limit]))
     more = f"The {limit} newest of {len(rows)}; --limit shows more. " if len(rows) > limit else ''
     print(f"\n{more}reach show ID prints one; reach show ID --html FILE writes it as a page.")
 
 # %% ../nbs/99_cli.ipynb #bc2fed12
-_FIND_IDS = "reach runs lists them: a stored run's id, a trace's file name in the trace folder, or a trace file's path"
+_FIND_IDS = ("reach runs lists them: a stored run's id, a trace's file name in the trace "
+             "folder, or a trace file's path")
 
 def _found_run(ref:str, s:Settings) -> Run:
-    "The run `ref` names: a run of the session store, a trace file in a trace folder, or a trace file's path."
+    ("The run `ref` names: a run of the session store, a trace file in a trace "
+     "folder, or a trace file's path.")
     from reach_nb.memory.sessions import default_store_path
     if ref.strip() and len(ref) <= 200 and ref.isprintable() and default_store_path().exists():
         with _store() as store:
@@ -553,131 +664,168 @@ def _found_run(ref:str, s:Settings) -> Run:
             try: return _trace(p)
             except (ValueError, OSError) as e:
                 why = e.what if isinstance(e, UserError) else getattr(e, 'strerror', None) or e
-                raise UserError(f"cannot read the trace {p} ({why})", 'the RUN_ID argument', _FIND_IDS) from None
+                raise UserError(f"cannot read the trace {p} ({why})", 'the RUN_ID argument',
+                                _FIND_IDS) from None
     raise UserError(f"no run {ref[:60]!r}", 'the RUN_ID argument', _FIND_IDS)
 
 def _page(run:Run, html:Path) -> Path:
     "Write `run` as one self-contained HTML page at `html`; its full path."
     from reach_nb.viewer.share import run_to_html
     try: return run_to_html(run, html.absolute())
-    except OSError as e: raise UserError(f"cannot write {html} ({e.strerror or e})", 'option --html',
-                                         'give a file in a folder you can write, e.g. --html run.html') from None
+    except OSError as e:
+        raise UserError(f"cannot write {html} ({e.strerror or e})", 'option --html',
+                        'give a file in a folder you can write, e.g. --html run.html') from None
 
 @app.command('show')
-def show_cmd(run_id:str = typer.Argument(..., help='A run: an id or trace name from reach runs, or a trace file.'),
-             html:Optional[Path] = typer.Option(None, help='Write the run as one self-contained HTML page here.')):
+def show_cmd(run_id:str = typer.Argument(..., help='A run: an id or trace name from '
+                                                   'reach runs, or a trace file.'),
+             html:Optional[Path] = typer.Option(None, help='Write the run as one '
+                                                           'self-contained HTML page here.')):
     "Print a stored run or a trace as reach ask printed it, or write it as an HTML page (--html)."
     run = _found_run(run_id, _settings())
     if html is not None: return print(f"Page written to {_page(run, html)}")
     show = _Printer()
     for e in run.events(): show(e)
     if run.stop_reason is None:
-        show.say('\n== not finished: it stopped before its end (reach resume carries on a stored run)')
+        show.say('\n== not finished: it stopped before its end (reach '
+                 'resume carries on a stored run)')
 
 # %% ../nbs/99_cli.ipynb #dc471fc0
-_WIRE_HELP = ("How replies look on the wire: openai (default), args-object, hermes, mistral, llama, bare-json, think, "
-              "reasoning-content, no-usage.")
+_WIRE_HELP = ("How replies look on the wire: openai (default), args-object, hermes, mistral, "
+              "llama, bare-json, think, reasoning-content, no-usage.")
 
 def _errors_option(errors:str):
     from reach_nb.llm.server import parse_errors
     try: parse_errors(errors)
     except ValueError: raise UserError(f"bad HTTP statuses {errors!r}", 'option --errors',
-                                       "give error statuses separated by commas, e.g. --errors 429,500") from None
+                                       "give error statuses separated by "
+                                       "commas, e.g. --errors 429,500") from None
 
 def _wire_option(wire:str|None) -> dict:
     from reach_nb.llm.server import WIRES, wire_format
     if wire is None: return {}
     try: wire_format(wire)
-    except ValueError: raise UserError(f"unknown wire format {wire!r}", 'option --wire',
-                                       f"use one of {', '.join(WIRES)}, or several joined by +") from None
+    except ValueError:
+        raise UserError(f"unknown wire format {wire!r}", 'option --wire',
+                        f"use one of {', '.join(WIRES)}, or several joined by +") from None
     return {'wire': wire}
 
 def _listening(host:str, port:int):
-    "A socket listening on `host`:`port`; a `UserError` for a port out of range, taken, or an address not here."
+    ("A socket listening on `host`:`port`; a `UserError` for a port out of range, "
+     "taken, or an address not here.")
     from reach_nb.config import listen_error
     from reach_nb.llm.server import listening
-    if not 0 <= port <= 65535: raise UserError(f"--port must be from 0 to 65535, got {port}", 'option --port',
-                                               'give a free port, e.g. --port 8001 (0 picks a free one)')
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be from 0 to 65535, got {port}", 'option --port',
+                        'give a free port, e.g. --port 8001 (0 picks a free one)')
     try: return listening(host, port)
-    except OSError as e: raise listen_error(e, host, port, 'option --port', 'option --host') from None
+    except OSError as e:
+        raise listen_error(e, host, port, 'option --port', 'option --host') from None
 
 # %% ../nbs/99_cli.ipynb #21bfe74c
+_SERVE_MODEL_HELP = ("Offline model behind the endpoint ('echo', 'sim-analyst', "
+                     "'scripted:FILE.json', 'replay:FILE.jsonl').")
+
 @app.command('serve-model')
-def serve_model(model:str = typer.Option('echo', help="Offline model behind the endpoint ('echo', 'sim-analyst', "
-                                                      "'scripted:FILE.json', 'replay:FILE.jsonl')."),
+def serve_model(model:str = typer.Option('echo', help=_SERVE_MODEL_HELP),
                 host:str = typer.Option('127.0.0.1'), port:int = typer.Option(8001),
                 latency:float = typer.Option(0.0, help='Seconds to wait before each answer.'),
-                errors:str = typer.Option('', help="HTTP errors for the first requests, e.g. '429,500'."),
+                errors:str = typer.Option('', help="HTTP errors for the first requests, e.g. "
+                                                   "'429,500'."),
                 malformed:int = typer.Option(0, help='Then this many responses with a broken body.'),
                 wire:Optional[str] = typer.Option(None, help=_WIRE_HELP)):
     "Serve an offline model as a local OpenAI-compatible endpoint (/v1/chat/completions)."
     from reach_nb.llm.server import serve_model_cli
     _model(model, load_settings(), registered=True)
-    _errors_option(errors); _at_least(latency, 0, '--latency'); _at_least(malformed, 0, '--malformed')
+    _errors_option(errors)
+    _at_least(latency, 0, '--latency')
+    _at_least(malformed, 0, '--malformed')
     wire_kw = _wire_option(wire)
-    serve_model_cli(model=model, latency=latency, errors=errors, malformed=malformed, sock=_listening(host, port),
-                    **wire_kw)
+    serve_model_cli(model=model, latency=latency, errors=errors, malformed=malformed,
+                    sock=_listening(host, port), **wire_kw)
 
 # %% ../nbs/99_cli.ipynb #37447b0b
-mcp_app = typer.Typer(help='Model Context Protocol: serve reach_nb tools to MCP clients.', no_args_is_help=True)
+mcp_app = typer.Typer(help='Model Context Protocol: serve reach_nb tools to MCP clients.',
+                      no_args_is_help=True)
 app.add_typer(mcp_app, name='mcp')
 
 @mcp_app.command('serve')
-def mcp_serve(http:Optional[int] = typer.Option(None, '--http', help='Serve streamable HTTP on this port (default: stdio).'),
+def mcp_serve(http:Optional[int] = typer.Option(None, '--http',
+                                                help='Serve streamable HTTP on this port (default: '
+                                                     'stdio).'),
               host:str = typer.Option('127.0.0.1', help='The address to listen on with --http.'),
               token:Optional[str] = typer.Option(None, '--token', envvar='REACH_MCP_TOKEN',
-                  help='Clients must send "Authorization: Bearer TOKEN"; required with a --host other than loopback.'),
+                  help='Clients must send "Authorization: Bearer TOKEN"; required with '
+                       'a --host other than loopback.'),
               allow_host:Optional[list[str]] = typer.Option(None, '--allow-host',
-                  help='Another name clients may reach the server by (the Host and Origin check); repeatable.')):
-    "Serve the nine risk tools over MCP: on stdio for a client that starts this command, or over HTTP."
+                  help='Another name clients may reach the server by (the Host '
+                       'and Origin check); repeatable.')):
+    ("Serve the nine risk tools over MCP: on stdio for a client that "
+     "starts this command, or over HTTP.")
     from reach_nb.mcp_tools import serve_mcp
-    serve_mcp(http_port=http, host=host, token=token, allow_hosts=allow_host or [])  # bad port, no token: UserError
+    # bad port, no token: UserError
+    serve_mcp(http_port=http, host=host, token=token, allow_hosts=allow_host or [])
 
 # %% ../nbs/99_cli.ipynb #57f52cdd
 def _not_dataset(path:Path) -> str|None:
-    "Why the file at `path` is not a reach dataset (a DuckDB file with a `dataset_meta` table), or None if it is one."
+    ("Why the file at `path` is not a reach dataset (a DuckDB file with a `dataset_meta` "
+     "table), or None if it is one.")
     import duckdb
     try:
         with duckdb.connect(str(path), read_only=True) as con:
-            n = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'dataset_meta'").fetchone()[0]
+            n = con.execute("SELECT count(*) FROM duckdb_tables() "
+                            "WHERE table_name = 'dataset_meta'").fetchone()[0]
     except duckdb.Error as e: return str(e).strip().splitlines()[0][:200]
     return None if n else 'a DuckDB file without a dataset_meta table'
 
 def _dataset_target(path:Path|None) -> Path:
-    "Where `reach data build` writes; a `UserError` if a folder, or a file that is not a reach dataset, is there."
+    ("Where `reach data build` writes; a `UserError` if a folder, or a file that is "
+     "not a reach dataset, is there.")
     from reach_nb.risk.data import default_db_path
-    where = 'option --path' if path else 'the dataset path (REACH_DATA_DB, else the data_dir setting)'
+    where = 'option --path' if path else ('the dataset path (REACH_DATA_DB, else the data_dir '
+                                          'setting)')
     p = (Path(path) if path else default_db_path()).absolute()
-    if p.is_dir(): raise UserError(f"{p} is a folder", where, 'give the path of a DuckDB file, e.g. data/risk.duckdb')
+    if p.is_dir(): raise UserError(f"{p} is a folder", where,
+                                   'give the path of a DuckDB file, e.g. data/risk.duckdb')
     if p.exists() and (why := _not_dataset(p)):
         raise UserError(f"{p} is not a reach dataset ({why})", where,
-                        'give a path for a new file, or move that file away; --force replaces only a reach dataset')
+                        'give a path for a new file, or move that file away; --force '
+                        'replaces only a reach dataset')
     return p
 
 # %% ../nbs/99_cli.ipynb #de487a23
 @data_app.command('build')
-def data_build(rows:int = typer.Option(1_000_000, help='Number of transactions (10M+ for benchmarks).'),
+def data_build(rows:int = typer.Option(1_000_000,
+                                       help='Number of transactions (10M+ for benchmarks).'),
                seed:int = typer.Option(7, help='Same seed, same data.'),
-               path:Optional[Path] = typer.Option(None, help='DuckDB file (default: data/generated/risk.duckdb).'),
-               force:bool = typer.Option(False, help='Rebuild over a reach dataset, even a finished one.')):
-    "Build a sample risk dataset with injected, labelled fraud patterns (reused if an identical one is there)."
+               path:Optional[Path] = typer.Option(None, help='DuckDB file (default: '
+                                                             'data/generated/risk.duckdb).'),
+               force:bool = typer.Option(False, help='Rebuild over a reach '
+                                                     'dataset, even a finished one.')):
+    ("Build a sample risk dataset with injected, labelled fraud patterns (reused "
+     "if an identical one is there).")
     from reach_nb.risk.data import build_dataset, read_meta
     _at_least(rows, 1, '--rows'); _at_least(seed, 0, '--seed')
     t = time.perf_counter()
-    out = build_dataset(path=_dataset_target(path), rows=rows, seed=seed, force=force, progress=True)
+    out = build_dataset(path=_dataset_target(path), rows=rows, seed=seed, force=force,
+                        progress=True)
     meta = read_meta(out)
     print(f"{out}: {meta.get('rows', '?')} transactions, seed {meta.get('seed', '?')}, "
           f"{out.stat().st_size / 1e6:.1f} MB ({time.perf_counter() - t:.1f}s)")
 
 # %% ../nbs/99_cli.ipynb #61f4b459
+_PEERS_HELP = ("The same workload through smolagents and LangGraph, side by side (they are "
+               "reach_nb's bench extra).")
+
 @bench_app.command('loop')
 def bench_loop_cmd(steps:int = typer.Option(20, help='Steps per run (model calls).'),
                    runs:int = typer.Option(200, help='Runs per side.'),
                    rounds:int = typer.Option(5, help='Alternating rounds; the median is reported.'),
-                   peers:bool = typer.Option(False, '--peers', help="The same workload through smolagents and "
-                                             "LangGraph, side by side (they are reach_nb's bench extra).")):
-    "Per-step overhead of the ReAct loop against a bare Python loop making the same calls (or other frameworks)."
-    from reach_nb.bench.loop import bench_loop, bench_loop_peers, print_loop_bench, print_peers_bench
+                   peers:bool = typer.Option(False, '--peers', help=_PEERS_HELP)):
+    ("Per-step overhead of the ReAct loop against a bare Python loop making the same "
+     "calls (or other frameworks).")
+    from reach_nb.bench.loop import (bench_loop, bench_loop_peers, print_loop_bench,
+                                     print_peers_bench)
     for v, o in ((steps, '--steps'), (runs, '--runs'), (rounds, '--rounds')): _at_least(v, 1, o)
     if peers:
         _at_least(steps, 2, '--steps')  # a tool call, then the answer
@@ -685,71 +833,94 @@ def bench_loop_cmd(steps:int = typer.Option(20, help='Steps per run (model calls
     print_loop_bench(bench_loop(steps=steps, runs=runs, rounds=rounds))
 
 @bench_app.command('data')
-def bench_data_cmd(rows:int = typer.Option(10_000_000, help='Transactions in the dataset (built on first use).'),
+def bench_data_cmd(rows:int = typer.Option(10_000_000,
+                                           help='Transactions in the dataset (built on first use).'),
                    repeat:int = typer.Option(3, help='Runs per side, each in a fresh process.'),
-                   memory_limit:Optional[str] = typer.Option(None, help="DuckDB memory_limit, e.g. '300MB'."),
-                   threads:Optional[int] = typer.Option(None, help='DuckDB threads (default: settings).')):
-    "Six-dimension concentration on a big dataset: the tools on the DuckDB file against pandas, time and peak memory."
+                   memory_limit:Optional[str] = typer.Option(None, help="DuckDB memory_limit, e.g. "
+                                                                        "'300MB'."),
+                   threads:Optional[int] = typer.Option(None, help='DuckDB threads (default: '
+                                                                   'settings).')):
+    ("Six-dimension concentration on a big dataset: the tools on the DuckDB file against "
+     "pandas, time and peak memory.")
     from reach_nb.bench.data import bench_data_cli
     bench_data_cli(rows=rows, repeat=repeat, memory_limit=memory_limit, threads=threads)
 
 # %% ../nbs/99_cli.ipynb #3eb16148
 @bench_app.command('context')
 def bench_context_cmd(steps:int = typer.Option(30, help='Tool steps before the answer.')):
-    "Prompt tokens per call in a long run under the full, window and layered policies, and whether each answers right."
+    ("Prompt tokens per call in a long run under the full, window and layered policies, "
+     "and whether each answers right.")
     from reach_nb.memory.conversation import bench_context
     _at_least(steps, 1, '--steps')
     bench_context(steps=steps)
 
 @bench_app.command('recall')
-def bench_recall_cmd(memories:int = typer.Option(100_000, help='Memories in the store while recall is timed.'),
+def bench_recall_cmd(memories:int = typer.Option(100_000, help='Memories in the store while recall '
+                                                               'is timed.'),
                      queries:int = typer.Option(50, help='Questions timed.')):
-    "Long-term memory: recall@5 of each embedder and of keyword search on a labelled set, then recall latency."
+    ("Long-term memory: recall@5 of each embedder and of keyword search on a "
+     "labelled set, then recall latency.")
     from reach_nb.memory.recall import bench_recall
     _at_least(memories, 0, '--memories'); _at_least(queries, 1, '--queries')
     bench_recall(n=memories, queries=queries)
 
 # %% ../nbs/99_cli.ipynb #3bf696a6
+_BENCH_HELP = dict(
+    per_call='Seconds each model call waits before its first token.',
+    agents=('Architectures, comma-separated (default: react, plan-execute, rewoo, dag, router, '
+            'pipeline).'),
+    question='Ask something else than the demo question.',
+    chart='Also save a bar chart of the figures (PNG).')
+
 @bench_app.command('agents')
-def bench_agents_cmd(per_call:float = typer.Option(0.8, help='Seconds each model call waits before its first token.'),
+def bench_agents_cmd(per_call:float = typer.Option(0.8, help=_BENCH_HELP['per_call']),
                      per_token:float = typer.Option(0.02, help='Seconds per output token.'),
-                     agents:Optional[str] = typer.Option(None, help='Architectures, comma-separated (default: '
-                                                         'react, plan-execute, rewoo, dag, router, pipeline).'),
-                     question:Optional[str] = typer.Option(None, help='Ask something else than the demo question.'),
-                     chart:Optional[Path] = typer.Option(None, help='Also save a bar chart of the figures (PNG).')):
-    "Every architecture on the demo question at a hosted model's latency: calls, tokens, time, tool calls, the cause."
+                     agents:Optional[str] = typer.Option(None, help=_BENCH_HELP['agents']),
+                     question:Optional[str] = typer.Option(None, help=_BENCH_HELP['question']),
+                     chart:Optional[Path] = typer.Option(None, help=_BENCH_HELP['chart'])):
+    ("Every architecture on the demo question at a hosted model's latency: calls, tokens, "
+     "time, tool calls, the cause.")
     from reach_nb.bench.agents import ARCHITECTURES, bench_agents_cli
     from reach_nb.agents.registry import AGENTS
     from reach_nb.risk.analysis import SPIKE_QUESTION
     _at_least(per_call, 0, '--per-call'); _at_least(per_token, 0, '--per-token')
-    if chart is not None and importlib.util.find_spec('matplotlib') is None:  # a development dependency
-        raise UserError('matplotlib is not installed', 'option --chart', 'pip install matplotlib, or drop --chart')
-    names = [a.strip() for a in agents.split(',') if a.strip()] if agents is not None else list(ARCHITECTURES)
+    # a development dependency
+    if chart is not None and importlib.util.find_spec('matplotlib') is None:
+        raise UserError('matplotlib is not installed', 'option --chart',
+                        'pip install matplotlib, or drop --chart')
+    if agents is None: names = list(ARCHITECTURES)
+    else: names = [a.strip() for a in agents.split(',') if a.strip()]
     if not names or (bad := [a for a in names if a not in AGENTS]):
-        raise UserError(f"unknown agents {agents!r}", 'option --agents', f"give some of {', '.join(AGENTS)}, "
+        raise UserError(f"unknown agents {agents!r}", 'option --agents',
+                        f"give some of {', '.join(AGENTS)}, "
                         "separated by commas, e.g. --agents react,rewoo,dag")
-    bench_agents_cli(_question(question, None) if question is not None else SPIKE_QUESTION, names, per_call,
-                     per_token, chart.absolute() if chart is not None else None)
+    bench_agents_cli(_question(question, None) if question is not None else SPIKE_QUESTION, names,
+                     per_call, per_token, chart.absolute() if chart is not None else None)
 
 # %% ../nbs/99_cli.ipynb #e7a10c02
 def _listed(v:str|None, option:str, cast=str, allowed=None) -> list|None:
-    "A comma-separated option as a list (None when not given); a `UserError` for a value that is not allowed."
+    ("A comma-separated option as a list (None when not given); a `UserError` for "
+     "a value that is not allowed.")
     if v is None: return None
     try: got = [cast(x.strip()) for x in v.split(',') if x.strip()]
     except ValueError: got = []
     if not got or (allowed is not None and any(x not in allowed for x in got)):
-        which = f"use some of {', '.join(map(str, allowed))}" if allowed is not None else 'give values'
-        raise UserError(f"bad value {v[:60]!r}", f"option {option}", f"{which}, separated by commas")
+        which = (f"use some of {', '.join(map(str, allowed))}" if allowed is not None
+                 else 'give values')
+        raise UserError(f"bad value {v[:60]!r}", f"option {option}",
+                        f"{which}, separated by commas")
     return got
 
 def _out_folder(out:Path|None) -> Path:
-    "The folder `reach eval` writes to, made if missing (as a full path); a `UserError` if it can't be."
+    ("The folder `reach eval` writes to, made if missing (as a full path); "
+     "a `UserError` if it can't be.")
     from reach_nb.eval import default_out
     p = (Path(out) if out else default_out()).absolute()
     try: p.mkdir(parents=True, exist_ok=True)
-    except OSError as e: raise UserError(f"cannot make the folder {p} ({e.strerror or e})",
-                                         'option --out' if out else 'the trace_dir setting',
-                                         'give a folder you can write, e.g. --out eval-results') from None
+    except OSError as e:
+        raise UserError(f"cannot make the folder {p} ({e.strerror or e})",
+                        'option --out' if out else 'the trace_dir setting',
+                        'give a folder you can write, e.g. --out eval-results') from None
     return p
 
 def _eval_models(models:list[str], s:Settings) -> list[str]:
@@ -760,39 +931,52 @@ def _eval_models(models:list[str], s:Settings) -> list[str]:
 # %% ../nbs/99_cli.ipynb #e7a10c04
 _EVAL_HELP = dict(
     tasks='Task files or folders (default data/eval/tasks); repeat the option for several.',
-    agent='Agents side by side, comma-separated (default react): react, plan-execute, rewoo, dag, router...',
-    model="Models side by side, comma-separated (default sim-analyst): 'openai:NAME', 'sim-analyst', 'echo'...",
-    off='Safeguards switched off, comma-separated: tolerant_parsing, correction, suggestions, coercion, repeat_guard.',
-    out='Folder for results.duckdb and the traces (default <trace_dir>/eval): a second run does only what is missing.',
-    ablation='Also run every safeguard off in turn under injected faults (ReAct, the first model) and print the table.')
+    agent='Agents side by side, comma-separated (default react): react, '
+          'plan-execute, rewoo, dag, router...',
+    model="Models side by side, comma-separated (default sim-analyst): "
+          "'openai:NAME', 'sim-analyst', 'echo'...",
+    off='Safeguards switched off, comma-separated: tolerant_parsing, correction, '
+        'suggestions, coercion, repeat_guard.',
+    out='Folder for results.duckdb and the traces (default <trace_dir>/eval): a second '
+        'run does only what is missing.',
+    ablation='Also run every safeguard off in turn under injected faults (ReAct, the '
+             'first model) and print the table.')
 
 def _eval_numbers(seeds:int, concurrency:int, ablation_seeds:int, faults:float):
     "A `UserError` for a count below 1 or a fault rate outside [0, 1]."
-    for v, o in ((seeds, '--seeds'), (concurrency, '--concurrency'), (ablation_seeds, '--ablation-seeds')):
+    for v, o in ((seeds, '--seeds'), (concurrency, '--concurrency'),
+                 (ablation_seeds, '--ablation-seeds')):
         _at_least(v, 1, o)
-    if not 0 <= faults <= 1: raise UserError(f"--faults {faults}", 'option --faults', 'give a rate from 0 to 1')
+    if not 0 <= faults <= 1:
+        raise UserError(f"--faults {faults}", 'option --faults', 'give a rate from 0 to 1')
 
 # %% ../nbs/99_cli.ipynb #e7a10c08
 @app.command('eval')
 def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EVAL_HELP['tasks']),
              agent:str = typer.Option('react', help=_EVAL_HELP['agent']),
              model:str = typer.Option('sim-analyst', help=_EVAL_HELP['model']),
-             base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint of the openai:NAME models.'),
+             base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint of the '
+                                                              'openai:NAME models.'),
              level:Optional[str] = typer.Option(None, help='Only these levels, e.g. 1,2.'),
-             tag:Optional[str] = typer.Option(None, help='Only tasks with one of these tags, e.g. demo,refund_abuse.'),
-             seeds:int = typer.Option(1, help='Runs of each task per configuration, each with its own fault seed.'),
+             tag:Optional[str] = typer.Option(None, help='Only tasks with one of these '
+                                                         'tags, e.g. demo,refund_abuse.'),
+             seeds:int = typer.Option(1, help='Runs of each task per configuration, '
+                                              'each with its own fault seed.'),
              faults:float = typer.Option(0.0, help='Rate of injected model faults, from 0 to 1.'),
              off:Optional[str] = typer.Option(None, help=_EVAL_HELP['off']),
              context:Optional[str] = typer.Option(None, help=_CONTEXT_HELP),
              out:Optional[Path] = typer.Option(None, help=_EVAL_HELP['out']),
              concurrency:int = typer.Option(4, help='Runs at once.'),
-             fresh:bool = typer.Option(False, help='Start over: forget the results and traces in --out.'),
+             fresh:bool = typer.Option(False, help='Start over: forget the '
+                                                   'results and traces in --out.'),
              ablation:bool = typer.Option(False, help=_EVAL_HELP['ablation']),
              rates:str = typer.Option('0,0.1,0.2,0.3,0.5', help='Fault rates of the ablation.'),
              ablation_seeds:int = typer.Option(3, help='Seeds per task in the ablation.'),
              ablation_tag:str = typer.Option('demo', help='Tasks of the ablation, by tag.'),
-             judge:Optional[str] = typer.Option(None, help='A model to grade judge tasks (default: their fallback).')):
-    "Measure agents on the evaluation tasks: completion by level, efficiency, format, safeguards, tokens, latency."
+             judge:Optional[str] = typer.Option(None, help='A model to grade judge tasks (default: '
+                                                           'their fallback).')):
+    ("Measure agents on the evaluation tasks: completion by level, efficiency, format, "
+     "safeguards, tokens, latency.")
     from reach_nb.eval import eval_cli
     from reach_nb.agents.react import SAFEGUARDS
     from reach_nb.agents.registry import AGENTS
@@ -800,15 +984,18 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
     if context is not None: _agent_options(False, context, None)
     s = _settings(base_url=base_url)
     out = _out_folder(out)
-    code = eval_cli(tasks, _listed(agent, '--agent', allowed=AGENTS), _eval_models(_listed(model, '--model'), s),
-                    base_url, _listed(level, '--level', int, (1, 2, 3)), _listed(tag, '--tag'), seeds, faults,
-                    _listed(off, '--off', allowed=list(SAFEGUARDS)) or (), context, out, concurrency, fresh,
-                    ablation=ablation, rates=_listed(rates, '--rates', float), ablation_seeds=ablation_seeds,
+    code = eval_cli(tasks, _listed(agent, '--agent', allowed=AGENTS),
+                    _eval_models(_listed(model, '--model'), s), base_url,
+                    _listed(level, '--level', int, (1, 2, 3)), _listed(tag, '--tag'), seeds, faults,
+                    _listed(off, '--off', allowed=list(SAFEGUARDS)) or (), context, out,
+                    concurrency, fresh, ablation=ablation, rates=_listed(rates, '--rates', float),
+                    ablation_seeds=ablation_seeds,
                     ablation_tags=_listed(ablation_tag, '--ablation-tag'), judge=judge)
     raise typer.Exit(code)
 
 # %% ../nbs/99_cli.ipynb #26ec7c81
-_exc = sys.modules[typer.BadParameter.__module__]  # click's exceptions, wherever this typer takes click from
+# click's exceptions, wherever this typer takes click from
+_exc = sys.modules[typer.BadParameter.__module__]
 _UsageError, _NoArgsIsHelp = _exc.UsageError, getattr(_exc, 'NoArgsIsHelpError', ())
 
 def _usage_line(e:_UsageError) -> str:
@@ -826,11 +1013,13 @@ def _error(e:Exception, line:str) -> int:
     return 2
 
 def main(args:list[str]|None=None): # the arguments; default `sys.argv[1:]`
-    "Entry point of the `reach` console script; a user's mistake is one `Error:` line, exit status 2."
+    ("Entry point of the `reach` console script; a user's mistake is one "
+     "`Error:` line, exit status 2.")
     try: code = app(args=args, prog_name='reach', standalone_mode=False)
     except UserError as e: code = _error(e, str(e))
     except _NoArgsIsHelp as e: code = _help(e)
     except _UsageError as e: code = _error(e, _usage_line(e))
     except typer.Abort: print('Aborted.', file=sys.stderr); code = 1
-    except BrokenPipeError: _drop_stdout(); code = 141  # the reader of standard output went away: 128 + SIGPIPE
+    # the reader of standard output went away: 128 + SIGPIPE
+    except BrokenPipeError: _drop_stdout(); code = 141
     sys.exit(code if isinstance(code, int) else 0)

@@ -39,7 +39,8 @@ __all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'rend
 # %% ../nbs/60_mcp.ipynb #4a08b142
 @dataclass
 class ServerSpec:
-    "One MCP server as a config file gives it: a command to start (stdio) or the URL of a running one (HTTP)."
+    ("One MCP server as a config file gives it: a command to start (stdio) or the "
+     "URL of a running one (HTTP).")
     name: str
     command: str|None = None  # the program to start; it speaks MCP on its stdin and stdout
     args: list[str] = field(default_factory=list)
@@ -58,13 +59,15 @@ class ServerSpec:
 def _strings(v, what:str, name:str, where:str) -> list[str]:
     if v is None: return []
     if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
-        raise UserError(f"server {name!r} has {what} {short_repr(v, 80)}", where, f'give "{what}" as a list of strings')
+        raise UserError(f"server {name!r} has {what} {short_repr(v, 80)}", where,
+                        f'give "{what}" as a list of strings')
     return [os.path.expandvars(str(x)) for x in v]
 
 def _table(v, what:str, name:str, where:str) -> dict[str, str]:
     if v is None: return {}
-    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float)) for x in v.values()): raise UserError(
-        f"server {name!r} has {what} {short_repr(v, 80)}", where, f'give "{what}" as an object of strings')
+    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float)) for x in v.values()):
+        raise UserError(f"server {name!r} has {what} {short_repr(v, 80)}", where,
+                        f'give "{what}" as an object of strings')
     return {str(k): os.path.expandvars(str(x)) for k, x in v.items()}
 
 # %% ../nbs/60_mcp.ipynb #9299e084
@@ -74,17 +77,21 @@ def _kind(name:str, e:dict, where:str) -> str:
         f"server {name!r} uses the old SSE transport", where,
         'give its streamable HTTP "url", or a "command" to start it')
     cmd, url = e.get('command'), e.get('url')
-    if bool(cmd) == bool(url): raise UserError(
-        f"server {name!r} has " + ('both "command" and "url"' if cmd else 'neither "command" nor "url"'), where,
-        'give "command" (with "args") to start it, or "url" to reach a running one')
+    if bool(cmd) == bool(url):
+        both = 'both "command" and "url"' if cmd else 'neither "command" nor "url"'
+        raise UserError(f"server {name!r} has {both}", where,
+                        'give "command" (with "args") to start it, or "url" to reach a running '
+                        'one')
     if not isinstance(cmd or url, str): raise UserError(
-        f"server {name!r} has {'command' if cmd else 'url'} {short_repr(cmd or url, 80)}", where, 'give a string')
+        f"server {name!r} has {'command' if cmd else 'url'} {short_repr(cmd or url, 80)}", where,
+        'give a string')
     return 'command' if cmd else 'url'
 
 def _timeout(name:str, v, where:str) -> float|None:
     if v is None: return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0: raise UserError(
-        f"server {name!r} has timeout {short_repr(v, 40)}", where, 'give a number of seconds above 0')
+        f"server {name!r} has timeout {short_repr(v, 40)}", where,
+        'give a number of seconds above 0')
     return float(v)
 
 # %% ../nbs/60_mcp.ipynb #d4cac250
@@ -92,54 +99,67 @@ def server_spec(name:str, # the server's name; its tools take it as a prefix whe
                 entry:dict|str, # {"command", "args", "env", "cwd"} or {"url", "headers"}; or a bare URL
                 where:str='the MCP config', # where the entry came from, for messages
                 base:Path|None=None) -> ServerSpec: # the folder a relative "cwd" is taken from
-    "A checked `ServerSpec` from one `mcpServers` entry; a mistake is a `UserError` naming the server and the file."
+    ("A checked `ServerSpec` from one `mcpServers` entry; a mistake is a `UserError` "
+     "naming the server and the file.")
     if isinstance(entry, str) and re.match(r'https?://', entry): entry = {'url': entry}
-    if not isinstance(entry, dict): raise UserError(f"server {name!r} is {short_repr(entry, 80)}", where,
-                                                    'give an object with "command" and "args", or with "url"')
-    kind, S, T = _kind(name, entry, where), _strings, _table
+    if not isinstance(entry, dict):
+        raise UserError(f"server {name!r} is {short_repr(entry, 80)}", where,
+                        'give an object with "command" and "args", or with "url"')
+    kind = _kind(name, entry, where)
+    S, T = _strings, _table
     cwd = entry.get('cwd')
     if cwd is not None: cwd = str(Path(base or '.') / os.path.expandvars(str(cwd)))
     timeout = _timeout(name, entry.get('timeout'), where)
     if kind == 'url': return ServerSpec(name, url=os.path.expandvars(entry['url']), timeout=timeout,
                                         headers=T(entry.get('headers'), 'headers', name, where))
     return ServerSpec(name, command=os.path.expandvars(entry['command']), cwd=cwd, timeout=timeout,
-                      args=S(entry.get('args'), 'args', name, where), env=T(entry.get('env'), 'env', name, where))
+                      args=S(entry.get('args'), 'args', name, where),
+                      env=T(entry.get('env'), 'env', name, where))
 
 # %% ../nbs/60_mcp.ipynb #ce8812dc
 _EXAMPLE = '{"mcpServers": {"time": {"command": "mcp-server-time", "args": []}}}'
 
 def _config_data(p:Path) -> dict:
     try: data = json.loads(p.read_text(encoding='utf-8'))
-    except FileNotFoundError: raise UserError('no such file', str(p), f"give a JSON file such as {_EXAMPLE}") from None
+    except FileNotFoundError:
+        raise UserError('no such file', str(p), f"give a JSON file such as {_EXAMPLE}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read the file ({e})", str(p), 'give a UTF-8 JSON file') from None
     except json.JSONDecodeError as e:
         raise UserError(f"invalid JSON ({e.msg})", f"{p}:{e.lineno}", 'fix the JSON') from None
     servers = data.get('mcpServers', data.get('servers')) if isinstance(data, dict) else None
-    if not isinstance(servers, dict): raise UserError('no "mcpServers" object', str(p), f"write it as {_EXAMPLE}")
+    if not isinstance(servers, dict):
+        raise UserError('no "mcpServers" object', str(p), f"write it as {_EXAMPLE}")
     return servers
 
 def _enabled(servers:dict, where:str) -> dict:
-    "The entries not marked `\"disabled\": true`; none at all is a `UserError`, not a run without the tools."
+    ("The entries not marked `\"disabled\": true`; none at all is a `UserError`, "
+     "not a run without the tools.")
     on = {str(n): e for n, e in servers.items() if not (isinstance(e, dict) and e.get('disabled'))}
     if not on: raise UserError('"mcpServers" names no server' if not servers else
-                               f"every server in \"mcpServers\" is disabled ({', '.join(map(str, servers))})",
-                               where, f"add a server, e.g. {_EXAMPLE}" if not servers else 'enable one')
+                               "every server in \"mcpServers\" is disabled "
+                               f"({', '.join(map(str, servers))})", where,
+                               f"add a server, e.g. {_EXAMPLE}" if not servers
+                               else 'enable one')
     return on
 
 def load_mcp_config(path:str|Path) -> dict[str, ServerSpec]: # a JSON file with an "mcpServers" object
-    "The servers of an MCP config file (the `mcpServers` format desktop MCP clients use), each checked."
+    ("The servers of an MCP config file (the `mcpServers` format desktop "
+     "MCP clients use), each checked.")
     p = Path(path)
-    return {n: server_spec(n, e, str(p), p.parent) for n, e in _enabled(_config_data(p), str(p)).items()}
+    return {n: server_spec(n, e, str(p), p.parent)
+            for n, e in _enabled(_config_data(p), str(p)).items()}
 
 # %% ../nbs/60_mcp.ipynb #e724a095
 _mcp_thread, _mcp_lock = None, threading.Lock()
 
 def _mcp_loop() -> asyncio.AbstractEventLoop:
-    "The event loop that holds every MCP connection, in its own daemon thread (started on first use)."
+    ("The event loop that holds every MCP connection, in its own daemon "
+     "thread (started on first use).")
     global _mcp_thread
     with _mcp_lock:
-        if _mcp_thread is None or not _mcp_thread.thread.is_alive(): _mcp_thread = LoopThread('reach_nb.mcp loop')
+        if _mcp_thread is None or not _mcp_thread.thread.is_alive():
+            _mcp_thread = LoopThread('reach_nb.mcp loop')
     return _mcp_thread.loop
 
 async def _hop(coro):
@@ -149,10 +169,13 @@ async def _hop(coro):
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 def _block(coro):
-    "Run `coro` on the MCP loop and wait for it, from sync code (also in a notebook cell, whose loop is running)."
+    ("Run `coro` on the MCP loop and wait for it, from sync code (also in a notebook "
+     "cell, whose loop is running).")
     loop = _mcp_loop()
     if threading.current_thread() is _mcp_thread.thread:
-        coro.close(); raise RuntimeError("A sync MCP method was called on the MCP loop itself: await the async one.")
+        coro.close()
+        raise RuntimeError("A sync MCP method was called on the MCP loop "
+                           "itself: await the async one.")
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 # %% ../nbs/60_mcp.ipynb #fba19db1
@@ -171,7 +194,8 @@ def content_text(c) -> str:
         return f"[{c.type} {c.mime_type}, {_size(c.data)}: not shown, this agent reads text only]"
     if isinstance(c, mt.EmbeddedResource): return _resource_text(c.resource)
     if isinstance(c, mt.ResourceLink):
-        return f"[link to resource {c.name!r}: {c.uri}" + (f" — {c.description}" if c.description else '') + ']'
+        about = f" — {c.description}" if c.description else ''
+        return f"[link to resource {c.name!r}: {c.uri}{about}]"
     return f"[{getattr(c, 'type', type(c).__name__)} content: not shown]"
 
 # %% ../nbs/60_mcp.ipynb #79b52f72
@@ -185,7 +209,8 @@ def _said(sc, content) -> bool:
     return False
 
 def render_result(r:mt.CallToolResult) -> str:
-    "A tool result as the text the model reads: text as sent, other blocks described, structured content as JSON."
+    ("A tool result as the text the model reads: text as sent, other blocks "
+     "described, structured content as JSON.")
     parts = [content_text(c) for c in r.content or []]
     sc = r.structured_content
     if sc is not None and not _said(sc, r.content):
@@ -197,19 +222,21 @@ def _mcp_tool(t:Tool, read_only:bool) -> mt.Tool:
     "A registry tool as MCP lists it: name, description with an example call, input schema, hints."
     hints = (mt.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
              if read_only else None)
-    return mt.Tool(name=t.name, description=f"{t.description}\nExample: {t.example}", input_schema=t.parameters,
-                   annotations=hints)
+    return mt.Tool(name=t.name, description=f"{t.description}\nExample: {t.example}",
+                   input_schema=t.parameters, annotations=hints)
 
 async def _serve_call(registry:ToolRegistry, params:mt.CallToolRequestParams) -> mt.CallToolResult:
     "One `tools/call`: an unknown tool is a protocol error; any other failure an `is_error` result."
     if registry.resolve(params.name) is None:
         raise MCPError(mt.INVALID_PARAMS, registry.unknown_text(params.name))
     obs = await registry.acall(params.name, params.arguments or {})
-    return mt.CallToolResult(content=[mt.TextContent(type='text', text=obs.content)], is_error=not obs.ok)
+    return mt.CallToolResult(content=[mt.TextContent(type='text', text=obs.content)],
+                             is_error=not obs.ok)
 
 # %% ../nbs/60_mcp.ipynb #b7520d04
 def _risk_registry() -> ToolRegistry:
-    from reach_nb.risk.tools import risk_registry  # the risk domain comes later in the reading order; loaded on use
+    # the risk domain comes later in the reading order; loaded on use
+    from reach_nb.risk.tools import risk_registry
     return risk_registry()
 
 def mcp_server(registry:ToolRegistry|None=None, # the tools to offer; default: the nine risk tools on the sample data
@@ -221,20 +248,25 @@ def mcp_server(registry:ToolRegistry|None=None, # the tools to offer; default: t
         return mt.ListToolsResult(tools=[_mcp_tool(t, bool(read_only)) for t in registry])
     async def call_tool(ctx, params): return await _serve_call(registry, params)
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
-                  instructions="Tools served by reach_nb. Each tool's description ends with an example call.")
+                  instructions="Tools served by reach_nb. Each tool's "
+                               "description ends with an example call.")
 
 # %% ../nbs/60_mcp.ipynb #dc41d679
 async def _serve_stdio(server:Server):
-    async with stdio_server() as (read, write):  # the SDK points fd 1 at stderr meanwhile: no stray print gets through
+    # the SDK points fd 1 at stderr meanwhile: no stray print gets through
+    async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 def _bind(host:str, port:int, # the address to listen on (port 0: a free one)
-          where:str, host_where:str) -> socket.socket: # where the port and the host came from, named in errors
-    "A socket listening on `host`:`port` (0: a free port), or a `UserError` saying why there is none."
+          where:str,
+          host_where:str) -> socket.socket: # where the port and the host came from, named in errors
+    ("A socket listening on `host`:`port` (0: a free port), or a "
+     "`UserError` saying why there is none.")
     family = socket.AF_INET6 if ':' in host else socket.AF_INET
     try: sock = socket.create_server((host, port), family=family)
     except OSError as e: raise listen_error(e, host, port, where, host_where) from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else each call waits ~40 ms for a delayed ACK
+    # else each call waits ~40 ms for a delayed ACK
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 _LOOPBACK = ['127.0.0.1', 'localhost', '[::1]']  # as a Host header writes them
@@ -245,31 +277,38 @@ def _is_loopback(host:str) -> bool:
     except ValueError: return host == 'localhost'
 
 def _guard(host:str, allow_hosts=()) -> TransportSecuritySettings:
-    "The Host and Origin checks (against DNS rebinding): loopback names, the bound host and `allow_hosts`, any port."
-    names = list(dict.fromkeys(_LOOPBACK + [f'[{h}]' if ':' in h else h for h in [host, *allow_hosts]]))
+    ("The Host and Origin checks (against DNS rebinding): loopback names, the bound host "
+     "and `allow_hosts`, any port.")
+    hosts = [f'[{h}]' if ':' in h else h for h in [host, *allow_hosts]]
+    names = list(dict.fromkeys(_LOOPBACK + hosts))
     return TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                      allowed_hosts=[h for n in names for h in (n, f'{n}:*')],
-                                     allowed_origins=[f'{s}://{n}{p}' for n in names for s in ('http', 'https')
+                                     allowed_origins=[f'{s}://{n}{p}' for n in names
+                                                      for s in ('http', 'https')
                                                       for p in ('', ':*')])
 
-def _base_url(host:str, port:int) -> str: return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+def _base_url(host:str, port:int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
 
 # %% ../nbs/60_mcp.ipynb #b213c7f9
 class _BearerToken:
-    "ASGI middleware: an HTTP request without `Authorization: Bearer <token>` is refused (401) before the app sees it."
+    ("ASGI middleware: an HTTP request without `Authorization: Bearer <token>` is refused "
+     "(401) before the app sees it.")
     def __init__(self, app, token:str): self.app, self.token = app, token.encode()
     def _ok(self, scope) -> bool:
         got = dict(scope.get('headers') or []).get(b'authorization', b'')
         return got[:7].lower() == b'bearer ' and hmac.compare_digest(got[7:].strip(), self.token)
     async def __call__(self, scope, receive, send):
         if scope['type'] == 'http' and not self._ok(scope):
-            refusal = PlainTextResponse('Unauthorized: send the header "Authorization: Bearer <token>"', 401,
+            refusal = PlainTextResponse('Unauthorized: send the header '
+                                        '"Authorization: Bearer <token>"', 401,
                                         headers={'WWW-Authenticate': 'Bearer'})
             return await refusal(scope, receive, send)
         await self.app(scope, receive, send)
 
 def _token(host:str, token:str|None, where:str) -> str|None:
-    "`token` checked: a `UserError` if a server open to the network has none, or if it is too short to be a secret."
+    ("`token` checked: a `UserError` if a server open to the network has none, or if it "
+     "is too short to be a secret.")
     token = token or None
     if token is None and not _is_loopback(host): raise UserError(
         f"no token for a server listening on {host}, which other machines can reach", where,
@@ -277,11 +316,13 @@ def _token(host:str, token:str|None, where:str) -> str|None:
         '"Authorization: Bearer <token>". Or listen on 127.0.0.1')
     if token is not None and len(token) < _MIN_TOKEN: raise UserError(
         f"the token has {len(token)} characters", where,
-        f'give one of {_MIN_TOKEN} or more, e.g. python -c "import secrets; print(secrets.token_urlsafe())"')
+        f'give one of {_MIN_TOKEN} or more, e.g. python -c "import secrets; '
+        'print(secrets.token_urlsafe())"')
     return token
 
 def _http_app(server:Server, host:str, token:str|None=None, allow_hosts=()):
-    "The server as an ASGI app: Host and Origin checked, bodies capped (the SDK's 4 MiB), the token asked for if given."
+    ("The server as an ASGI app: Host and Origin checked, bodies capped (the SDK's 4 MiB), "
+     "the token asked for if given.")
     app = server.streamable_http_app(host=host, transport_security=_guard(host, allow_hosts))
     return _BearerToken(app, token) if token else app
 
@@ -292,12 +333,15 @@ def serve_mcp(registry:ToolRegistry|None=None, # the tools to offer; default: th
               where:str='option --http', # what messages name as the port's source
               token:str|None=None, # HTTP clients must send `Authorization: Bearer <token>`; default: $REACH_MCP_TOKEN
               allow_hosts:list[str]|None=None): # more names clients may reach the server by (Host and Origin)
-    "Serve `registry` over MCP: on stdio until the client closes it, or over HTTP until the process is stopped."
+    ("Serve `registry` over MCP: on stdio until the client closes it, or over HTTP "
+     "until the process is stopped.")
     if http_port is None: return anyio.run(_serve_stdio, mcp_server(registry))
     if isinstance(http_port, bool) or not isinstance(http_port, int) or not 1 <= http_port <= 65535:
-        raise UserError(f"port {http_port!r} is not a port", where, 'give a number from 1 to 65535, e.g. 8765')
+        raise UserError(f"port {http_port!r} is not a port", where,
+                        'give a number from 1 to 65535, e.g. 8765')
     token = _token(host, token or os.environ.get('REACH_MCP_TOKEN'), 'option --token')
-    sock = _bind(host, http_port, where, 'option --host')  # before the tools load: a port in use is said at once
+    # before the tools load: a port in use is said at once
+    sock = _bind(host, http_port, where, 'option --host')
     app = _http_app(mcp_server(registry), host, token, allow_hosts or [])
     print(f"Serving MCP over streamable HTTP; clients connect to {_base_url(host, http_port)}"
           + (' with "Authorization: Bearer <token>"' if token else ''), flush=True)
@@ -305,13 +349,16 @@ def serve_mcp(registry:ToolRegistry|None=None, # the tools to offer; default: th
 
 # %% ../nbs/60_mcp.ipynb #4aba1976
 class MCPHTTPServer:
-    "A registry served over streamable HTTP by uvicorn in a background thread; use as a context manager."
+    ("A registry served over streamable HTTP by uvicorn in a background "
+     "thread; use as a context manager.")
     def __init__(self, registry:ToolRegistry|None=None, # the tools; default: the nine risk tools on the sample data
                  host:str='127.0.0.1', port:int=0, # 0: a free port, chosen at start
                  token:str|None=None, allow_hosts:list[str]|None=None, # as `serve_mcp` takes them
                  **kw): # more `mcp_server` options: name, read_only
-        self.server, self.host, self.port = mcp_server(registry, **kw), host, port
-        self.token, self.allow_hosts = _token(host, token, 'MCPHTTPServer(token=...)'), list(allow_hosts or [])
+        self.server = mcp_server(registry, **kw)
+        self.host, self.port = host, port
+        self.token = _token(host, token, 'MCPHTTPServer(token=...)')
+        self.allow_hosts = list(allow_hosts or [])
         self._uv = self._thread = None
 
     @property
@@ -324,7 +371,8 @@ class MCPHTTPServer:
 @patch
 def start(self:MCPHTTPServer, timeout:float=10) -> MCPHTTPServer:
     "Serve; return once the server accepts connections."
-    sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})", f"MCPHTTPServer(host={self.host!r})")
+    sock = _bind(self.host, self.port, f"MCPHTTPServer(port={self.port})",
+                 f"MCPHTTPServer(host={self.host!r})")
     self.port = sock.getsockname()[1]
     app = _http_app(self.server, self.host, self.token, self.allow_hosts)
     self._uv = uvicorn.Server(uvicorn.Config(app, log_level='warning', timeout_graceful_shutdown=1))
@@ -334,7 +382,8 @@ def start(self:MCPHTTPServer, timeout:float=10) -> MCPHTTPServer:
     deadline = time.monotonic() + timeout
     while not self._uv.started:
         if not self._thread.is_alive() or time.monotonic() > deadline:
-            self.stop(); raise RuntimeError(f"The MCP server did not start on {self.url} within {timeout:g}s.")
+            self.stop()
+            raise RuntimeError(f"The MCP server did not start on {self.url} within {timeout:g}s.")
         time.sleep(0.01)
     return self
 
@@ -347,37 +396,50 @@ def stop(self:MCPHTTPServer):
 
 # %% ../nbs/60_mcp.ipynb #494f2e2e
 class MCPConnection:
-    "One MCP server, connected on the MCP loop: its tools, calls to them, and a restart after it dies."
+    ("One MCP server, connected on the MCP loop: its tools, calls to them, "
+     "and a restart after it dies.")
     def __init__(self, spec:ServerSpec, # what to start or reach
                  on_change=None, # called with this connection when its tool list changes
                  mode:str='auto', # protocol negotiation, as the SDK's `Client` takes it ('auto', 'legacy'...)
                  start_timeout:float=30): # seconds the server has to start and answer
-        self.spec, self.on_change, self.mode, self.start_timeout = spec, on_change, mode, start_timeout
-        self.client, self.tools, self.starts = None, [], 0
+        self.spec = spec
+        self.on_change = on_change
+        self.mode = mode
+        self.start_timeout = start_timeout
+        self.client = None
+        self.tools = []
+        self.starts = 0
         self.notes: list[str] = []  # what the last listing left out, and why
         self._stop = self._task = self._err = self._relist = self._broken = None
-        self._lock, self._again, self._list_ids, self._skips = asyncio.Lock(), False, set(), []
+        self._lock = asyncio.Lock()
+        self._again = False
+        self._list_ids = set()
+        self._skips = []
 
     @property
     def up(self) -> bool:
         "Connected, and the connection has not seen its server go."
-        d = getattr(getattr(self.client, 'session', None), '_dispatcher', None) if self.client else None
+        session = getattr(self.client, 'session', None)
+        d = getattr(session, '_dispatcher', None) if self.client else None
         return self.client is not None and not getattr(d, '_closed', False)
 
-    def __repr__(self): return f"MCPConnection({self.spec.name!r}: {self.spec.where}, {'up' if self.up else 'down'})"
+    def __repr__(self): return (f"MCPConnection({self.spec.name!r}: {self.spec.where}, "
+                                f"{'up' if self.up else 'down'})")
 
 # %% ../nbs/60_mcp.ipynb #d556e5a2
 @patch
 async def _transport(self:MCPConnection, stack:AsyncExitStack):
-    "The SDK transport for the spec: the command as a subprocess, its stderr kept to quote; or the URL."
+    ("The SDK transport for the spec: the command as a subprocess, its "
+     "stderr kept to quote; or the URL.")
     s = self.spec
     if s.url:
         http = await stack.enter_async_context(create_mcp_http_client(s.headers or None))
         return _Screened(streamable_http_client(s.url, http_client=http), self)
     if self._err: self._err.close()
-    self._err = tempfile.TemporaryFile('a+', encoding='utf-8', errors='replace')  # kept, to quote after it is gone
-    return _Screened(stdio_client(StdioServerParameters(command=s.command, args=s.args, env=s.env or None, cwd=s.cwd),
-                                  errlog=self._err), self)
+    # kept, to quote after it is gone
+    self._err = tempfile.TemporaryFile('a+', encoding='utf-8', errors='replace')
+    params = StdioServerParameters(command=s.command, args=s.args, env=s.env or None, cwd=s.cwd)
+    return _Screened(stdio_client(params, errlog=self._err), self)
 
 @patch
 def _stderr(self:MCPConnection, since:int=0, n:int=600) -> str:
@@ -393,7 +455,8 @@ def _stderr_size(self:MCPConnection) -> int:
 
 # %% ../nbs/60_mcp.ipynb #4d338673
 class _Pipe:
-    "A transport stream that applies `fn` to each item on its way (`receive` on a read stream, `send` on a write one)."
+    ("A transport stream that applies `fn` to each item on its way (`receive` on a read "
+     "stream, `send` on a write one).")
     def __init__(self, inner, fn): self.inner, self.fn = inner, fn
     def __getattr__(self, k): return getattr(self.inner, k)
     async def receive(self): return self.fn(await self.inner.receive())
@@ -406,7 +469,8 @@ class _Pipe:
     async def __aexit__(self, *exc): return await self.inner.__aexit__(*exc)
 
 class _Screened:
-    "An SDK transport whose messages pass by the connection: `_sent` sees what goes out, `_read` what comes in."
+    ("An SDK transport whose messages pass by the connection: `_sent` sees what "
+     "goes out, `_read` what comes in.")
     def __init__(self, transport, conn): self.transport, self.conn = transport, conn
     async def __aenter__(self):
         read, write = await self.transport.__aenter__()
@@ -424,10 +488,12 @@ def _tool_label(t) -> str:
     return repr(name[:80]) if isinstance(name, str) else f"{short_repr(t, 60)} (it has no name)"
 
 def _screen_tools(raw, version:str) -> tuple[dict, list[str]]:
-    "A `tools/list` result without the tools the protocol's check refuses, and a note naming each one and why."
+    ("A `tools/list` result without the tools the protocol's check refuses, and a "
+     "note naming each one and why.")
     try: validate_server_result('tools/list', version, raw); return raw, []
     except ValidationError as e: errors = e.errors(include_url=False)
-    except (ValueError, KeyError): return raw, []  # a version this check does not know: the SDK decides
+    # a version this check does not know: the SDK decides
+    except (ValueError, KeyError): return raw, []
     bad = {}
     for err in errors:
         loc = err['loc']
@@ -441,14 +507,17 @@ def _screen_tools(raw, version:str) -> tuple[dict, list[str]]:
 # %% ../nbs/60_mcp.ipynb #b14ba9fa
 @patch
 def _sent(self:MCPConnection, m):
-    "A message on its way to the server: the ids of `tools/list` requests are kept, to know their answers."
-    if isinstance(m, SessionMessage) and isinstance(m.message, mt.JSONRPCRequest) and m.message.method == 'tools/list':
+    ("A message on its way to the server: the ids of `tools/list` requests are "
+     "kept, to know their answers.")
+    if (isinstance(m, SessionMessage) and isinstance(m.message, mt.JSONRPCRequest)
+            and m.message.method == 'tools/list'):
         self._list_ids.add(m.message.id)
     return m
 
 @patch
 def _read(self:MCPConnection, m):
-    "A message from the server, on its way to the SDK: an unreadable one noted, a tool list screened."
+    ("A message from the server, on its way to the SDK: an unreadable one "
+     "noted, a tool list screened.")
     if isinstance(m, Exception):
         self._skips.append(f"it sent a message that could not be read ({_why(m)})")
         if self._broken is not None and not self._broken.done(): self._broken.set_result(_why(m))
@@ -458,7 +527,8 @@ def _read(self:MCPConnection, m):
     self._list_ids.discard(m.message.id)
     result, notes = _screen_tools(m.message.result, self.client.protocol_version)
     self._skips.extend(notes)
-    return m if not notes else SessionMessage(m.message.model_copy(update={'result': result}), m.metadata)
+    if not notes: return m
+    return SessionMessage(m.message.model_copy(update={'result': result}), m.metadata)
 
 # %% ../nbs/60_mcp.ipynb #46bc0d28
 @patch
@@ -475,9 +545,12 @@ async def _hold(self:MCPConnection, ready:asyncio.Future):
                 try: await self._stop.wait()
                 finally:
                     self.client = None
-                    if listener: listener.cancel(); await asyncio.gather(listener, return_exceptions=True)
+                    if listener:
+                        listener.cancel()
+                        await asyncio.gather(listener, return_exceptions=True)
     except BaseException as e:
-        if not ready.done(): ready.cancel() if isinstance(e, asyncio.CancelledError) else ready.set_exception(e)
+        if not ready.done():
+            ready.cancel() if isinstance(e, asyncio.CancelledError) else ready.set_exception(e)
     finally: self.client = None
 
 # %% ../nbs/60_mcp.ipynb #b80e83aa
@@ -488,40 +561,53 @@ def _root(e:BaseException) -> BaseException:
 
 def _url_why(e:BaseException) -> str:
     "Why a URL gave no MCP connection: no connection at all, or an answer that was not MCP."
-    if isinstance(e, MCPError): return f"it answered {short_repr(e.error.message, 100)}, not as an MCP server"
-    return f"no connection: {short_repr(str(e) or type(e).__name__, 100)}" if _gone(e) else f"{type(e).__name__}: {e}"
+    if isinstance(e, MCPError):
+        return f"it answered {short_repr(e.error.message, 100)}, not as an MCP server"
+    if _gone(e): return f"no connection: {short_repr(str(e) or type(e).__name__, 100)}"
+    return f"{type(e).__name__}: {e}"
 
 @patch
 def _start_error(self:MCPConnection, e:BaseException) -> UserError:
     e, s = _root(e), self.spec
-    why = (f"no answer within {self.start_timeout:g}s" if isinstance(e, (TimeoutError, asyncio.TimeoutError))
+    why = (f"no answer within {self.start_timeout:g}s"
+           if isinstance(e, (TimeoutError, asyncio.TimeoutError))
            else f"its tools could not be listed: {e}" if isinstance(e, _Unlisted)
            else f"its list of tools is not valid MCP: {_why(e)}" if isinstance(e, ValidationError)
-           else _url_why(e) if s.url else 'the program was not found' if isinstance(e, FileNotFoundError)
+           else _url_why(e) if s.url
+           else 'the program was not found' if isinstance(e, FileNotFoundError)
            else 'it exited, or closed the connection' if _gone(e) else f"{type(e).__name__}: {e}")
-    if s.url: return UserError(f"MCP server {s.name!r} could not be reached ({why})", f"url {s.where}",
-                               'check that the server is running and the URL ends with its MCP path (often /mcp)')
+    if s.url:
+        return UserError(f"MCP server {s.name!r} could not be reached ({why})", f"url {s.where}",
+                         'check that the server is running and the URL ends '
+                         'with its MCP path (often /mcp)')
     said = self._stderr()
     what = f"MCP server {s.name!r} did not start ({why})" + (f"; it wrote: {said}" if said else '')
-    return UserError(what, f"command `{s.where}`", 'check that it runs by itself in a terminal, and its "args", "env" and "cwd"')
+    return UserError(what, f"command `{s.where}`",
+                     'check that it runs by itself in a terminal, and its "args", "env" and "cwd"')
 
 # %% ../nbs/60_mcp.ipynb #0d2ccfdc
 class _NoTraceback(logging.Filter):
-    "The SDK logs a message it cannot parse with a traceback; the connection says why in its notes, so one line is enough."
+    ("The SDK logs a message it cannot parse with a traceback; the connection says why in its "
+     "notes, so one line is enough.")
     def filter(self, record):
-        if str(record.msg).startswith(('Failed to parse', 'Error parsing')): record.exc_info = record.exc_text = None
+        if str(record.msg).startswith(('Failed to parse', 'Error parsing')):
+            record.exc_info = record.exc_text = None
         return True
 
-for _name in ('mcp.client.stdio', 'mcp.client.streamable_http'): logging.getLogger(_name).addFilter(_NoTraceback())
+for _name in ('mcp.client.stdio', 'mcp.client.streamable_http'):
+    logging.getLogger(_name).addFilter(_NoTraceback())
 
 def _import_jsonschema():
-    "Import `jsonschema` without compiling rfc3987-syntax's IRI grammar (a second of CPU); its `iri` check loads it on use."
-    if 'jsonschema' in sys.modules or 'rfc3987_syntax' in sys.modules or importlib.util.find_spec('rfc3987_syntax') is None:
+    ("Import `jsonschema` without compiling rfc3987-syntax's IRI grammar (a second of CPU); its "
+     "`iri` check loads it on use.")
+    if ('jsonschema' in sys.modules or 'rfc3987_syntax' in sys.modules
+            or importlib.util.find_spec('rfc3987_syntax') is None):
         import jsonschema
         return
     stand_in = types.ModuleType('rfc3987_syntax')
     def is_valid_syntax(*args, **kw):
-        from rfc3987_syntax import is_valid_syntax as real  # the real one, once the stand-in has left sys.modules
+        # the real one, once the stand-in has left sys.modules
+        from rfc3987_syntax import is_valid_syntax as real
         return real(*args, **kw)
     stand_in.is_valid_syntax = is_valid_syntax
     sys.modules['rfc3987_syntax'] = stand_in
@@ -532,7 +618,8 @@ def _import_jsonschema():
 # %% ../nbs/60_mcp.ipynb #5cbac096
 @patch
 async def start(self:MCPConnection) -> list[mt.Tool]:
-    "Start (or reach) the server and list its tools; a `UserError` naming the command if it does not start."
+    ("Start (or reach) the server and list its tools; a `UserError` naming the "
+     "command if it does not start.")
     await self.close()
     _import_jsonschema()  # the SDK's first call needs it: loaded here, in a tenth of the time
     ready = asyncio.get_running_loop().create_future()
@@ -550,7 +637,8 @@ async def start(self:MCPConnection) -> list[mt.Tool]:
 
 @patch
 async def close(self:MCPConnection):
-    "Close the connection; a server this connection started is stopped (the SDK ends its whole process tree)."
+    ("Close the connection; a server this connection started is stopped (the SDK "
+     "ends its whole process tree).")
     if self._stop is not None: self._stop.set()
     if self._relist is not None: self._relist.cancel()
     if self._task is not None: await asyncio.gather(self._task, return_exceptions=True)
@@ -558,7 +646,8 @@ async def close(self:MCPConnection):
     self._task = self._stop = self._err = None
 
 # %% ../nbs/60_mcp.ipynb #0ad9e531
-class _Unlisted(Exception): "The server's tools could not be listed: no answer in time, or one that could not be read."
+class _Unlisted(Exception):
+    "The server's tools could not be listed: no answer in time, or one that could not be read."
 
 @patch
 async def _pages(self:MCPConnection) -> list[mt.Tool]:
@@ -573,7 +662,8 @@ async def _pages(self:MCPConnection) -> list[mt.Tool]:
 
 @patch
 async def _list(self:MCPConnection) -> list[mt.Tool]:
-    "The server's tools, within `start_timeout`; a message that could not be read meanwhile ends the wait at once."
+    ("The server's tools, within `start_timeout`; a message that could not be read "
+     "meanwhile ends the wait at once.")
     self._broken, self._skips = asyncio.get_running_loop().create_future(), []
     pages = asyncio.ensure_future(self._pages())
     try: done, _ = await asyncio.wait([pages, self._broken], timeout=self.start_timeout,
@@ -581,7 +671,8 @@ async def _list(self:MCPConnection) -> list[mt.Tool]:
     finally:
         if not pages.done(): pages.cancel()
     if pages not in done:
-        raise _Unlisted(f"it sent a message that could not be read ({self._broken.result()})" if self._broken.done()
+        raise _Unlisted(f"it sent a message that could not be read ({self._broken.result()})"
+                        if self._broken.done()
                         else f"no list of tools within {self.start_timeout:g}s")
     tools = pages.result()
     self.notes = self._skips
@@ -590,10 +681,12 @@ async def _list(self:MCPConnection) -> list[mt.Tool]:
 # %% ../nbs/60_mcp.ipynb #6bc2af25
 @patch
 async def refresh(self:MCPConnection) -> list[mt.Tool]:
-    "List the server's tools again, and tell `on_change`; a listing that fails keeps the last list, with a note."
+    ("List the server's tools again, and tell `on_change`; a listing that fails "
+     "keeps the last list, with a note.")
     if self.client is None: return self.tools
     try: self.tools = await self._list()
-    except (_Unlisted, MCPError, ValidationError, anyio.ClosedResourceError, anyio.BrokenResourceError) as e:
+    except (_Unlisted, MCPError, ValidationError, anyio.ClosedResourceError,
+            anyio.BrokenResourceError) as e:
         self.notes = [f"its tools could not be listed again ({_why(e)}); the last list is kept"]
     if self.on_change: self.on_change(self)
     return self.tools
@@ -608,7 +701,8 @@ async def _relists(self:MCPConnection):
 
 @patch
 def _changed(self:MCPConnection):
-    "The server says its tools changed: list them again, or once more after the listing now running."
+    ("The server says its tools changed: list them again, or once more "
+     "after the listing now running.")
     if self._relist is not None and not self._relist.done(): self._again = True
     else: self._relist = asyncio.get_running_loop().create_task(self._relists())
 
@@ -620,7 +714,8 @@ async def _on_message(self:MCPConnection, msg):
 @patch
 async def _listen(self:MCPConnection, c:Client):
     "A 2026-era server tells a subscription."
-    with suppress(Exception):  # a server that offers no subscriptions: its tools are listed at each start
+    # a server that offers no subscriptions: its tools are listed at each start
+    with suppress(Exception):
         async with c.listen(tools_list_changed=True) as sub:
             async for _ in sub: self._changed()
 
@@ -629,8 +724,8 @@ def _gone(e:BaseException) -> bool:
     "Whether an error means the connection is lost (not that the server answered with an error)."
     e = _root(e)
     if isinstance(e, MCPError): return e.error.code == mt.CONNECTION_CLOSED
-    return isinstance(e, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)) or \
-        type(e).__module__.startswith(('httpx', 'httpcore'))
+    closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+    return isinstance(e, closed) or type(e).__module__.startswith(('httpx', 'httpcore'))
 
 @patch
 async def _ready(self:MCPConnection) -> Client:
@@ -639,7 +734,8 @@ async def _ready(self:MCPConnection) -> Client:
         if not self.up:
             try: await self.start()
             except UserError as e:
-                raise ToolError(f"MCP server {self.spec.name!r} could not be restarted: {e}") from None
+                why = f"MCP server {self.spec.name!r} could not be restarted: {e}"
+                raise ToolError(why) from None
             if self.on_change: self.on_change(self)
         return self.client
 
@@ -648,46 +744,58 @@ async def _ready(self:MCPConnection) -> Client:
 async def _settled(self:MCPConnection, result):
     "`result`, once the tools the server said changed meanwhile are listed again."
     for _ in range(3): await asyncio.sleep(0)  # let news that came with the result be handled
-    if self._relist is not None and not self._relist.done(): await asyncio.wait([self._relist], timeout=10)
+    if self._relist is not None and not self._relist.done():
+        await asyncio.wait([self._relist], timeout=10)
     return result
 
 @patch
 async def call(self:MCPConnection, tool:str, args:dict) -> mt.CallToolResult:
-    "Call `tool` on the server with `args`; a lost server is a `ToolError`, and the next call restarts it."
+    ("Call `tool` on the server with `args`; a lost server is a `ToolError`, "
+     "and the next call restarts it.")
     c = await self._ready()
     mark = self._stderr_size()
     try: return await self._settled(await c.call_tool(tool, args))
     except asyncio.CancelledError: raise
     except Exception as e:
         if not _gone(e):
-            raise ToolError(f"MCP server {self.spec.name!r} refused the call to {tool!r}: {_root(e)}") from None
-    if self._stop is not None: self._stop.set()  # shut the rest down in the background; no waiting here
+            raise ToolError(f"MCP server {self.spec.name!r} refused the "
+                            f"call to {tool!r}: {_root(e)}") from None
+    # shut the rest down in the background; no waiting here
+    if self._stop is not None: self._stop.set()
     said = self._stderr(mark, 300)
-    raise ToolError(f"MCP server {self.spec.name!r} stopped during the call to {tool!r} (its connection closed)"
-                    + (f"; it wrote: {said}" if said else '') + ". It will be started again at the next call; "
-                    "try again or use another tool.")
+    raise ToolError(f"MCP server {self.spec.name!r} stopped during the call to "
+                    f"{tool!r} (its connection closed)"
+                    + (f"; it wrote: {said}" if said else '')
+                    + ". It will be started again at the next call; try again or use another tool.")
 
 # %% ../nbs/60_mcp.ipynb #00adb9f3
 _UNSAFE = re.compile(r'[^A-Za-z0-9_-]')
 def _safe(s:str, n:int=64) -> str: return _UNSAFE.sub('_', str(s))[:n] or '_'
 
 class MCPTools:
-    "The tools of several MCP servers in one `ToolRegistry`; servers can be added and removed while the agent lives."
+    ("The tools of several MCP servers in one `ToolRegistry`; servers can be added and "
+     "removed while the agent lives.")
     def __init__(self, registry:ToolRegistry|None=None, # where the tools go (default: a new registry)
                  always_prefix:bool=False, # name every tool `server__tool`, not only when names collide
                  start_timeout:float=30, # seconds a server has to start
                  mode:str='auto'): # protocol negotiation, as the SDK's `Client` takes it
         self.registry = ToolRegistry() if registry is None else registry
-        self.always_prefix, self.start_timeout, self.mode = always_prefix, start_timeout, mode
+        self.always_prefix = always_prefix
+        self.start_timeout = start_timeout
+        self.mode = mode
         self.servers: dict[str, MCPConnection] = {}
-        self.owner: dict[str, tuple[str, str]] = {}  # registry name: (server, the server's name for the tool)
-        self.skipped: list[str] = []  # tools a server listed that could not be used (or were renamed), and why
-        self.renamed: dict[str, str] = {}  # a name given to tell two tools apart: the name both would have had
+        # registry name: (server, the server's name for the tool)
+        self.owner: dict[str, tuple[str, str]] = {}
+        # tools a server listed that could not be used (or were renamed), and why
+        self.skipped: list[str] = []
+        # a name given to tell two tools apart: the name both would have had
+        self.renamed: dict[str, str] = {}
         self._told: set[str] = set()  # the notes said on stderr already
         self.registry.mcp = self
         _hubs.add(self)
 
-    def __repr__(self): return f"MCPTools({ {n: len(self.tools_of(n)) for n in self.servers} }, {self.registry!r})"
+    def __repr__(self):
+        return f"MCPTools({ {n: len(self.tools_of(n)) for n in self.servers} }, {self.registry!r})"
     def tools_of(self, server:str) -> list[str]:
         "The registry names of `server`'s tools."
         return [n for n, (s, _) in self.owner.items() if s == server]
@@ -696,12 +804,15 @@ _hubs = weakref.WeakSet()
 
 # %% ../nbs/60_mcp.ipynb #075246f1
 def _unique(wanted:list[str], taken) -> list[str]:
-    "Each wanted name, or, if `taken` holds it or an earlier one got it, its first free form `stem_2`, `stem_3`...: linear."
-    out, used, step = [], set(), {}
+    ("Each wanted name, or, if `taken` holds it or an earlier one got it, its first free form "
+     "`stem_2`, `stem_3`...: linear.")
+    out, used = [], set()
+    step = {}
     for w in wanted:
         name, stem = w, w[:56]  # 56 characters, `_` and 7 digits fit in 64
         while name in used or name in taken:
-            step[stem] = step.get(stem, 1) + 1  # each stem counts on from where it stopped: no name is tried twice
+            # each stem counts on from where it stopped: no name is tried twice
+            step[stem] = step.get(stem, 1) + 1
             name = f"{stem}_{step[stem]}"
         used.add(name)
         out.append(name)
@@ -709,39 +820,50 @@ def _unique(wanted:list[str], taken) -> list[str]:
 
 @patch
 def _names(self:MCPTools) -> dict[str, tuple[str, mt.Tool]]:
-    "Registry name: (server, tool) for every server's tool; a name other sources have takes the server's prefix."
+    ("Registry name: (server, tool) for every server's tool; a name other sources "
+     "have takes the server's prefix.")
     mine = [(s, t) for s, c in self.servers.items() for t in c.tools]
     local = [n for n in self.registry.names if n not in self.owner]
     sources = {n: {None} for n in local}
     for s, t in mine: sources.setdefault(_safe(t.name), set()).add(s)
     def want(s, t):
         bare = _safe(t.name)
-        return _safe(f"{_safe(s, 24)}__{t.name}") if self.always_prefix or len(sources[bare]) > 1 else bare
-    order = sorted(range(len(mine)), key=lambda i: _safe(mine[i][1].name) != mine[i][1].name)  # safe names first
+        if self.always_prefix or len(sources[bare]) > 1: return _safe(f"{_safe(s, 24)}__{t.name}")
+        return bare
+    # safe names first
+    order = sorted(range(len(mine)), key=lambda i: _safe(mine[i][1].name) != mine[i][1].name)
     aliases = {a for n in local for a in self.registry.tools[n].aliases}
     wanted = [want(*mine[i]) for i in order]
     names = _unique(wanted, _Taken(set(local), aliases))
-    self.renamed = {n: w for n, w in zip(names, wanted) if n != w}  # name given: the name it would have had
+    # name given: the name it would have had
+    self.renamed = {n: w for n, w in zip(names, wanted) if n != w}
     got = dict(zip(order, names))
     return {got[i]: mine[i] for i in range(len(mine))}  # in listing order
 
 class _Taken:
-    "The names a server's tool cannot have: a local tool's name, or a name that is one of their aliases once normalised."
-    def __init__(self, names:set[str], aliases:set[str]): self.names, self.aliases = names, {norm_name(a) for a in aliases}
-    def __contains__(self, name): return name in self.names or (bool(self.aliases) and norm_name(name) in self.aliases)
+    ("The names a server's tool cannot have: a local tool's name, or a name that is one of "
+     "their aliases once normalised.")
+    def __init__(self, names:set[str], aliases:set[str]):
+        self.names, self.aliases = names, {norm_name(a) for a in aliases}
+    def __contains__(self, name):
+        return name in self.names or (bool(self.aliases) and norm_name(name) in self.aliases)
 
 @patch
 def _tool(self:MCPTools, name:str, server:str, t:mt.Tool) -> Tool:
     "A registry tool that calls the server's tool `t`."
-    desc = (t.description or t.title or f"The {t.name} tool (its server gives no description).").strip()[:2000]
+    desc = (t.description or t.title
+            or f"The {t.name} tool (its server gives no description).").strip()[:2000]
     return Tool.from_schema(name, desc, t.input_schema, partial(self._call, server, t.name),
-                            source=f"MCP server {server!r}", timeout=self.servers[server].spec.timeout)
+                            source=f"MCP server {server!r}",
+                            timeout=self.servers[server].spec.timeout)
 
 # %% ../nbs/60_mcp.ipynb #ce53b08f
 @patch
 def _sync(self:MCPTools):
-    "Make the registry hold the servers' tools as they are now, under their current names: one change of the registry."
-    want, tools, owner = self._names(), [], {}
+    ("Make the registry hold the servers' tools as they are now, under their current "
+     "names: one change of the registry.")
+    want = self._names()
+    tools, owner = [], {}
     self.skipped = [f"MCP server {s!r}: {n}" for s, c in self.servers.items() for n in c.notes]
     for n, (s, t) in want.items():
         try: tools.append(self._tool(n, s, t))
@@ -750,25 +872,29 @@ def _sync(self:MCPTools):
             continue
         owner[n] = (s, t.name)
         if n in self.renamed: self.skipped.append(
-            f"MCP server {s!r}: tool {short_repr(t.name, 80)} is called {n!r} here: {self.renamed[n]!r} is another tool's")
+            f"MCP server {s!r}: tool {short_repr(t.name, 80)} is called {n!r} here: "
+            f"{self.renamed[n]!r} is another tool's")
     self.registry.update(tools, remove=[n for n in self.owner if n not in owner])
     self.owner = owner
     self._tell(self.skipped)
 
 @patch
 def _tell(self:MCPTools, notes:list[str], most:int=20):
-    "Say each note not said yet on stderr, one line each (at most `most` at a time); `skipped` keeps them all."
+    ("Say each note not said yet on stderr, one line each (at most `most` at a "
+     "time); `skipped` keeps them all.")
     new = [n for n in notes if n not in self._told]
     self._told.update(new)
     for n in new[:most]: print(f"Note: {n}", file=sys.stderr)
-    if len(new) > most: print(f"Note: and {len(new) - most:,} more (see MCPTools.skipped)", file=sys.stderr)
+    if len(new) > most:
+        print(f"Note: and {len(new) - most:,} more (see MCPTools.skipped)", file=sys.stderr)
 
 # %% ../nbs/60_mcp.ipynb #d1c4dd26
 @patch
 async def _call(self:MCPTools, server:str, tool:str, **arguments) -> str:
     "Call `tool` on `server`; what went wrong is a `ToolError` whose message the model reads."
     conn = self.servers.get(server)
-    if conn is None: raise ToolError(f"MCP server {server!r} was removed, and its tools with it. Use another tool.")
+    if conn is None: raise ToolError(f"MCP server {server!r} was removed, and its "
+                                     "tools with it. Use another tool.")
     r = await _hop(conn.call(tool, arguments))
     text = render_result(r)
     if r.is_error: raise ToolError(f"MCP server {server!r} reported an error from {tool!r}: {text}")
@@ -778,8 +904,9 @@ async def _call(self:MCPTools, server:str, tool:str, **arguments) -> str:
 @patch
 async def _connect(self:MCPTools, name:str, spec:ServerSpec|dict|str) -> MCPConnection:
     "A started connection to server `name`, not yet in the registry."
-    if name in self.servers: raise ValueError(f"An MCP server named {name!r} is already added: remove it first, or "
-                                              "give this one another name.")
+    if name in self.servers:
+        raise ValueError(f"An MCP server named {name!r} is already added: remove it first, or "
+                         "give this one another name.")
     spec = spec if isinstance(spec, ServerSpec) else server_spec(name, spec)
     conn = MCPConnection(spec, lambda c: self._sync(), self.mode, self.start_timeout)
     await conn.start()
@@ -794,21 +921,25 @@ async def _add(self:MCPTools, name:str, spec:ServerSpec|dict|str) -> list[str]:
 @patch
 async def _remove(self:MCPTools, name:str):
     if name not in self.servers:
-        raise KeyError(f"No MCP server named {name!r}; there are: {', '.join(self.servers) or 'none'}.")
+        raise KeyError(f"No MCP server named {name!r}; there are: "
+                       f"{', '.join(self.servers) or 'none'}.")
     conn = self.servers.pop(name)
     self._sync()
     await conn.close()
 
 # %% ../nbs/60_mcp.ipynb #bfa83b92
 @patch
-async def aadd(self:MCPTools, name:str, # a name for the server; its tools take it as a prefix when names collide
+async def aadd(self:MCPTools,
+               name:str, # a name for the server; its tools take it as a prefix when names collide
                spec:ServerSpec|dict|str) -> list[str]: # an `mcpServers` entry, a `ServerSpec` or a URL
-    "Start server `name` (or reach it) and put its tools in the registry; returns their names there."
+    ("Start server `name` (or reach it) and put its tools in the "
+     "registry; returns their names there.")
     return await _hop(self._add(name, spec))
 
 @patch
 async def aremove(self:MCPTools, name:str):
-    "Take server `name`'s tools out of the registry and close the connection (stopping a server it started)."
+    ("Take server `name`'s tools out of the registry and close the connection "
+     "(stopping a server it started).")
     await _hop(self._remove(name))
 
 @patch
@@ -840,14 +971,16 @@ async def __aexit__(self:MCPTools, *exc): await self.aclose()
 def _close_all():
     "Stop the servers still open when Python exits (their processes would otherwise outlive it)."
     if _mcp_thread is None or not _mcp_thread.thread.is_alive(): return
-    async def close(): await asyncio.gather(*(h.aclose() for h in list(_hubs)), return_exceptions=True)
+    async def close():
+        await asyncio.gather(*(h.aclose() for h in list(_hubs)), return_exceptions=True)
     with suppress(Exception): asyncio.run_coroutine_threadsafe(close(), _mcp_thread.loop).result(10)
 
 # %% ../nbs/60_mcp.ipynb #fc8e6465
 @patch
 async def _add_many(self:MCPTools, specs:dict[str, ServerSpec]):
     "Start the servers together; their tools go in the registry in the order of `specs`."
-    outs = await asyncio.gather(*(self._connect(n, s) for n, s in specs.items()), return_exceptions=True)
+    outs = await asyncio.gather(*(self._connect(n, s) for n, s in specs.items()),
+                                return_exceptions=True)
     if errors := [e for e in outs if isinstance(e, BaseException)]:
         await asyncio.gather(*(c.close() for c in outs if isinstance(c, MCPConnection)))
         raise errors[0]
@@ -857,9 +990,11 @@ async def _add_many(self:MCPTools, specs:dict[str, ServerSpec]):
 def mcp_registry(config:str|Path|dict, # an `mcpServers` JSON file, or the dict such a file holds
                  registry:ToolRegistry|None=None, # add the tools to this registry (default: a new one)
                  **kw) -> ToolRegistry: # more `MCPTools` options: always_prefix, start_timeout, mode
-    "A `ToolRegistry` with the tools of every server in `config`, all started; `registry.mcp` is their `MCPTools`."
+    ("A `ToolRegistry` with the tools of every server in `config`, all started; "
+     "`registry.mcp` is their `MCPTools`.")
     if isinstance(config, dict):
-        specs = {n: server_spec(n, e) for n, e in _enabled(config.get('mcpServers', config), 'the MCP config').items()}
+        specs = {n: server_spec(n, e)
+                 for n, e in _enabled(config.get('mcpServers', config), 'the MCP config').items()}
     else: specs = load_mcp_config(config)
     hub = MCPTools(registry, **kw)
     _block(hub._add_many(specs))
@@ -885,7 +1020,8 @@ async def _bare_calls(conn:MCPConnection, tool:str, n:int) -> float:
 # %% ../nbs/60_mcp.ipynb #b6fbcb7a
 def bench_mcp(n:int=200, # calls per way of calling
               tool:str='list_operators') -> dict[str, float]: # a risk tool that takes no arguments
-    "Milliseconds per call of one risk tool: in-process, and through MCP over stdio and HTTP; printed and returned."
+    ("Milliseconds per call of one risk tool: in-process, and through MCP over stdio "
+     "and HTTP; printed and returned.")
     local = _risk_registry()
     out = {'in-process registry': _per_call(lambda: local.call(tool), n)}
     with MCPHTTPServer() as http, MCPTools() as hub:

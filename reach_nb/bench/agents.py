@@ -21,8 +21,10 @@ __all__ = ['PER_CALL', 'PER_TOKEN', 'ARCHITECTURES', 'TARGETS', 'Figures', 'plan
            'agents_table', 'target_lines', 'plot_agents', 'bench_agents_cli']
 
 # %% ../../nbs/92_bench_agents.ipynb #adea9384
-PER_CALL, PER_TOKEN = 0.8, 0.02  # the hosted model's latency: seconds before the first token, seconds per output token
-ARCHITECTURES = tuple(a for a in AGENTS if a != 'chat')  # chat has no tools: it cannot answer the question
+# the hosted model's latency: seconds before the first token, seconds per output token
+PER_CALL, PER_TOKEN = 0.8, 0.02
+# chat has no tools: it cannot answer the question
+ARCHITECTURES = tuple(a for a in AGENTS if a != 'chat')
 
 @dataclass
 class Figures:
@@ -38,16 +40,19 @@ class Figures:
     stop_reason: str|None = None
 
 def planted_cause(db:Path) -> list[str]:
-    "What the answer must name: the spike's channel, its item and the ring's devices (the data's ground truth)."
+    ("What the answer must name: the spike's channel, its item and the ring's "
+     "devices (the data's ground truth).")
     g = next(g for g in ground_truth(db) if g['pattern'] == 'channel_spike')
     return [g['channel_id'], *g['key_entities']['items'], *g['key_entities']['muids']]
 
 # %% ../../nbs/92_bench_agents.ipynb #3e7cd090
 def measure(agent:str, # one of `ARCHITECTURES` (or 'chat')
             question:str=SPIKE_QUESTION, # the question asked
-            per_call:float=PER_CALL, per_token:float=PER_TOKEN, # the model's latency (see `LatencyLLM`)
+            per_call:float=PER_CALL,
+            per_token:float=PER_TOKEN, # the model's latency (see `LatencyLLM`)
             db:str|Path|None=None) -> Figures: # the dataset; default `ensure_dataset()`
-    "One architecture's run on `question`, the simulated analyst at a hosted model's latency, as `Figures`."
+    ("One architecture's run on `question`, the simulated analyst at a hosted "
+     "model's latency, as `Figures`.")
     db = ensure_dataset() if db is None else Path(db)
     llm = LatencyLLM(SimAnalyst(), per_call, per_token)
     with risk_agent(llm, db, agent) as a:  # the workspace is opened before the clock starts
@@ -55,52 +60,61 @@ def measure(agent:str, # one of `ARCHITECTURES` (or 'chat')
         run = a.run(question)
         wall = time.perf_counter() - t
     u, cause = run.usage, planted_cause(db)
-    return Figures(agent, u.llm_calls, u.prompt_tokens, u.completion_tokens, wall, llm.slept, u.tool_calls,
-                   all(v in (run.answer or '') for v in cause), run.stop_reason)
+    return Figures(agent, u.llm_calls, u.prompt_tokens, u.completion_tokens, wall, llm.slept,
+                   u.tool_calls, all(v in (run.answer or '') for v in cause), run.stop_reason)
 
 # %% ../../nbs/92_bench_agents.ipynb #f7c46577
 def bench_agents(question:str=SPIKE_QUESTION, # the question every architecture answers
                  agents:tuple|list=ARCHITECTURES, # which architectures, in this order (ReAct first for the ratios)
                  per_call:float=PER_CALL, per_token:float=PER_TOKEN, # the model's latency
-                 db:str|Path|None=None) -> list[Figures]: # the dataset; default `ensure_dataset()` (built on first use)
+                 db:str|Path|None=None
+                ) -> list[Figures]: # the dataset; default `ensure_dataset()` (built on first use)
     "Each architecture on `question`, one after the other; their figures."
     if bad := [a for a in agents if a not in AGENTS]:
-        raise UserError(f"unknown agents {bad}", 'bench_agents(agents=...)', f"use some of {', '.join(AGENTS)}")
+        raise UserError(f"unknown agents {bad}", 'bench_agents(agents=...)',
+                        f"use some of {', '.join(AGENTS)}")
     db = ensure_dataset() if db is None else Path(db)
     return [measure(a, question, per_call, per_token, db) for a in agents]
 
 def _ratio(base:float, x:float) -> str: return f"{base / x:.1f}x" if base and x else '-'
 
 def agents_table(rows:list[Figures]) -> str:
-    "The figures as a text table, with prompt tokens and wall time as ratios to ReAct's (how many times lower)."
+    ("The figures as a text table, with prompt tokens and wall time as ratios to "
+     "ReAct's (how many times lower).")
     react = next((r for r in rows if r.agent == 'react'), None)
-    head = (f"{'architecture':14}{'model calls':>12}{'prompt tok':>12}{'output tok':>12}{'wall s':>9}{'model s':>9}"
-            f"{'tool calls':>12}  {'names cause':12}{'tokens vs ReAct':>16}{'time vs ReAct':>15}")
+    head = (f"{'architecture':14}{'model calls':>12}{'prompt tok':>12}{'output tok':>12}"
+            f"{'wall s':>9}{'model s':>9}{'tool calls':>12}  {'names cause':12}"
+            f"{'tokens vs ReAct':>16}{'time vs ReAct':>15}")
     out = [head]
     for r in rows:
-        ratios = [_ratio(getattr(react, k), getattr(r, k)) if react else '-' for k in ('prompt_tokens', 'wall_time')]
-        out.append(f"{r.agent:14}{r.calls:>12}{r.prompt_tokens:>12,}{r.completion_tokens:>12,}{r.wall_time:>9.1f}"
-                   f"{r.model_wait:>9.1f}{r.tool_calls:>12}  {'yes' if r.names_cause else 'NO':12}{ratios[0]:>16}"
-                   f"{ratios[1]:>15}")
+        ratios = [_ratio(getattr(react, k), getattr(r, k)) if react else '-'
+                  for k in ('prompt_tokens', 'wall_time')]
+        out.append(f"{r.agent:14}{r.calls:>12}{r.prompt_tokens:>12,}{r.completion_tokens:>12,}"
+                   f"{r.wall_time:>9.1f}{r.model_wait:>9.1f}{r.tool_calls:>12}  "
+                   f"{'yes' if r.names_cause else 'NO':12}{ratios[0]:>16}{ratios[1]:>15}")
     return '\n'.join(out)
 
 # %% ../../nbs/92_bench_agents.ipynb #b838333c
-TARGETS = [  # (architecture, figure, how many times lower than ReAct's it should be, where the target comes from)
+# (architecture, figure, how many times lower than ReAct's it should be, where the target
+# comes from)
+TARGETS = [
     ('rewoo', 'prompt_tokens', 5.0, 'ReWOO (Xu et al. 2023): about 5x fewer tokens than ReAct'),
     ('dag', 'wall_time', 3.7, 'LLMCompiler (Kim et al. 2023): up to 3.7x lower latency than ReAct')]
 
 def _why_tokens(react:Figures, x:Figures, per_token:float) -> str:
-    return (f"ReAct here made {react.calls} model calls for {react.tool_calls} tool calls: the analyst asks for "
-            "independent calls in one reply, so fewer prompts repeat the results than when ReAct makes one call per "
-            f"step. ReWOO's {x.calls} calls still carry the tool descriptions once and every result once, "
-            f"{x.prompt_tokens:,} tokens in all.")
+    return (f"ReAct here made {react.calls} model calls for {react.tool_calls} tool calls: the "
+            "analyst asks for independent calls in one reply, so fewer prompts repeat the results "
+            f"than when ReAct makes one call per step. ReWOO's {x.calls} calls still carry the "
+            f"tool descriptions once and every result once, {x.prompt_tokens:,} tokens in all.")
 
 def _why_time(react:Figures, x:Figures, per_token:float) -> str:
-    return (f"Most of the time is the model writing: ReAct waited {react.model_wait:.1f} s of {react.wall_time:.1f} s "
-            f"for the model, {react.completion_tokens:,} output tokens at {per_token * 1000:g} ms each. The DAG agent "
-            f"writes nearly as much ({x.completion_tokens:,} tokens: the whole plan, then the answer) and saves only "
-            f"ReAct's {react.calls - x.calls} other calls' waits; the tools took {x.wall_time - x.model_wait:.1f} s in "
-            "all, so running them at once saves little. LLMCompiler's speed-up comes from slow tools run in parallel.")
+    return (f"Most of the time is the model writing: ReAct waited {react.model_wait:.1f} s of "
+            f"{react.wall_time:.1f} s for the model, {react.completion_tokens:,} output tokens at "
+            f"{per_token * 1000:g} ms each. The DAG agent writes nearly as much "
+            f"({x.completion_tokens:,} tokens: the whole plan, then the answer) and saves only "
+            f"ReAct's {react.calls - x.calls} other calls' waits; the tools took "
+            f"{x.wall_time - x.model_wait:.1f} s in all, so running them at once saves little. "
+            "LLMCompiler's speed-up comes from slow tools run in parallel.")
 
 _WHY = {'prompt_tokens': _why_tokens, 'wall_time': _why_time}
 
@@ -115,17 +129,21 @@ def target_lines(rows:list[Figures], # the figures of one run of the benchmark
         react, x = by['react'], by[agent]
         ratio = getattr(react, fig) / max(getattr(x, fig), 1e-9)
         what = 'prompt tokens' if fig == 'prompt_tokens' else 'wall time'
-        line = f"{agent} {what}: {ratio:.1f}x lower than ReAct (target at least {target:g}x; {src}): "
-        out.append(line + ('met.' if ratio >= target else f"missed. {_WHY[fig](react, x, per_token)}"))
+        line = (f"{agent} {what}: {ratio:.1f}x lower than ReAct (target at "
+                f"least {target:g}x; {src}): ")
+        out.append(line + ('met.' if ratio >= target
+                           else f"missed. {_WHY[fig](react, x, per_token)}"))
     return out
 
 # %% ../../nbs/92_bench_agents.ipynb #492db81a
-_PANELS = [('calls', 'model calls'), ('prompt_tokens', 'prompt tokens'), ('completion_tokens', 'output tokens'),
-           ('wall_time', 'wall time (s)'), ('tool_calls', 'tool calls')]
+_PANELS = [('calls', 'model calls'), ('prompt_tokens', 'prompt tokens'),
+           ('completion_tokens', 'output tokens'), ('wall_time', 'wall time (s)'),
+           ('tool_calls', 'tool calls')]
 
 def plot_agents(rows:list[Figures], # the figures to draw
                 title:str='') -> 'matplotlib.figure.Figure':
-    "The figures as bars, one panel per figure; an architecture whose answer missed the cause is drawn hatched."
+    ("The figures as bars, one panel per figure; an architecture whose answer "
+     "missed the cause is drawn hatched.")
     from matplotlib.figure import Figure as MplFigure
     fig = MplFigure(figsize=(3.2 * len(_PANELS), 3.4), layout='constrained')
     names = [r.agent for r in rows]
@@ -137,14 +155,18 @@ def plot_agents(rows:list[Figures], # the figures to draw
     return fig
 
 # %% ../../nbs/92_bench_agents.ipynb #73c3b0f8
-def bench_agents_cli(question:str=SPIKE_QUESTION, agents:tuple|list=ARCHITECTURES, per_call:float=PER_CALL,
-                     per_token:float=PER_TOKEN, chart:str|Path|None=None, db:str|Path|None=None) -> list[Figures]:
-    "Run the benchmark and print what it measured: the setting, the table, the targets; save the chart if asked."
-    print(f"{question!r} on the risk data; the simulated analyst (not a model) plays every role, at a hosted "
-          f"model's latency: {per_call:g} s per call + {per_token * 1000:g} ms per output token.\n", flush=True)
+def bench_agents_cli(question:str=SPIKE_QUESTION, agents:tuple|list=ARCHITECTURES,
+                     per_call:float=PER_CALL, per_token:float=PER_TOKEN, chart:str|Path|None=None,
+                     db:str|Path|None=None) -> list[Figures]:
+    ("Run the benchmark and print what it measured: the setting, the table, the "
+     "targets; save the chart if asked.")
+    print(f"{question!r} on the risk data; the simulated analyst (not a model) plays every "
+          f"role, at a hosted model's latency: {per_call:g} s per call + "
+          f"{per_token * 1000:g} ms per output token.\n", flush=True)
     rows = bench_agents(question, agents, per_call, per_token, db)
     print(agents_table(rows) + '\n\n' + '\n'.join(target_lines(rows, per_token)))
     if chart is not None:
-        plot_agents(rows, f"{question} ({per_call:g} s/call + {per_token * 1000:g} ms/token)").savefig(chart, dpi=110)
+        title = f"{question} ({per_call:g} s/call + {per_token * 1000:g} ms/token)"
+        plot_agents(rows, title).savefig(chart, dpi=110)
         print(f"\nChart written to {chart}")
     return rows

@@ -16,7 +16,11 @@ __all__ = ['InstantLLM', 'echo', 'bench_loop', 'print_loop_bench', 'bench_loop_p
 # %% ../../nbs/90_bench.ipynb #e7f6dc59
 class InstantLLM(ChatModel):
     "A model that answers instantly from a cycle of precomputed replies; for benchmarks only."
-    def __init__(self, replies:list[str]): super().__init__(); self.replies, self.i, self.name = replies, 0, 'instant'
+    def __init__(self, replies:list[str]):
+        super().__init__()
+        self.replies = replies
+        self.i = 0
+        self.name = 'instant'
     def _complete(self, messages, tools=None, json_mode=False, temperature=None) -> LLMResponse:
         r = self.replies[self.i % len(self.replies)]; self.i += 1
         return LLMResponse(content=r, model='instant')
@@ -57,9 +61,12 @@ def _fail(what): raise AssertionError(f"the {what} did not finish the benchmark 
 def bench_loop(steps:int=20, # steps per run (model calls)
                runs:int=200, # runs per side
                rounds:int=5): # alternating rounds; the median is reported
-    "Per-step time of `ReActAgent` and of a bare loop making the same calls; returns a dict of figures in µs."
-    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items() if not v >= 1]:
-        raise ValueError(f"bench_loop needs steps, runs and rounds of at least 1, got {', '.join(bad)}")
+    ("Per-step time of `ReActAgent` and of a bare loop making the same calls; "
+     "returns a dict of figures in µs.")
+    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items()
+               if not v >= 1]:
+        raise ValueError("bench_loop needs steps, runs and rounds of at "
+                         f"least 1, got {', '.join(bad)}")
     timed, inline = ToolRegistry([echo]), ToolRegistry([echo], timeout=None)
     def agent_run(tools):
         agent = ReActAgent(InstantLLM(_replies(steps)), tools, max_steps=steps + 1)
@@ -69,16 +76,20 @@ def bench_loop(steps:int=20, # steps per run (model calls)
         return lambda: _bare_loop(llm, timed, 'bench', steps) == steps or _fail('bare loop')
     t = {k: [] for k in ('agent', 'inline', 'bare')}
     for _ in range(rounds):
-        for k, make in (('agent', lambda: agent_run(timed)), ('inline', lambda: agent_run(inline)), ('bare', bare_run)):
+        for k, make in (('agent', lambda: agent_run(timed)), ('inline', lambda: agent_run(inline)),
+                        ('bare', bare_run)):
             t[k].append(_per_step(make(), runs, steps))
     a, i, b = (round(statistics.median(t[k]) * 1e6, 1) for k in ('agent', 'inline', 'bare'))
-    return dict(steps=steps, runs=runs, agent_us_per_step=a, inline_us_per_step=i, bare_us_per_step=b,
-                overhead_us_per_step=round(a - b, 1), inline_overhead_us_per_step=round(i - b, 1),
+    return dict(steps=steps, runs=runs, agent_us_per_step=a, inline_us_per_step=i,
+                bare_us_per_step=b, overhead_us_per_step=round(a - b, 1),
+                inline_overhead_us_per_step=round(i - b, 1),
                 ratio=round(a / b, 1))
 
 # %% ../../nbs/90_bench.ipynb #3f1031ce
-_ROWS = [('reach_nb ReActAgent', 'agent_us_per_step', '  (tools with a timeout: run in a worker thread)'),
-         ('reach_nb ReActAgent, inline tools', 'inline_us_per_step', '  (ToolRegistry(timeout=None))'),
+_ROWS = [('reach_nb ReActAgent', 'agent_us_per_step',
+          '  (tools with a timeout: run in a worker thread)'),
+         ('reach_nb ReActAgent, inline tools', 'inline_us_per_step',
+          '  (ToolRegistry(timeout=None))'),
          ('bare Python loop', 'bare_us_per_step', ''),
          ('overhead', 'overhead_us_per_step', '  (target < 100; {ratio}x the bare loop)'),
          ('overhead, inline tools', 'inline_overhead_us_per_step', '')]
@@ -97,7 +108,8 @@ def _need_peers():
     for mod, dist in _PEERS.items():
         try: importlib.import_module(mod)
         except ImportError: missing.append(dist)
-    if missing: raise UserError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed",
+    if missing: raise UserError(f"{', '.join(missing)} "
+                                f"{'is' if len(missing) == 1 else 'are'} not installed",
                                 'this Python environment', "pip install 'reach_nb[bench]'")
 
 # %% ../../nbs/90_bench.ipynb #23bb6a42
@@ -120,28 +132,34 @@ def _reach_side(steps:int) -> tuple:
 def _smolagents_side(steps:int) -> tuple:
     "smolagents' `ToolCallingAgent` on a scripted `Model`: `echo` each step, then `final_answer`."
     from smolagents import Model, Tool, ToolCallingAgent
-    from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
+    from smolagents.models import (ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction,
+                                   MessageRole)
     from smolagents.monitoring import LogLevel
     n = {'steps': 0, 'tool': 0}
     class Scripted(Model):
-        def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+        def generate(self, messages, stop_sequences=None, response_format=None,
+                     tools_to_call_from=None, **kw):
             i = n['steps'] % steps
             n['steps'] += 1
-            name, args = ('echo', {'x': i}) if i < steps - 1 else ('final_answer', {'answer': 'finished'})
-            call = ChatMessageToolCall(id=f'call_{i}', type='function',
-                                       function=ChatMessageToolCallFunction(name=name, arguments=args))
+            name, args = (('echo', {'x': i}) if i < steps - 1
+                          else ('final_answer', {'answer': 'finished'}))
+            fn = ChatMessageToolCallFunction(name=name, arguments=args)
+            call = ChatMessageToolCall(id=f'call_{i}', type='function', function=fn)
             return ChatMessage(role=MessageRole.ASSISTANT, content=None, tool_calls=[call])
     class Echo(Tool):
-        name, description, output_type = 'echo', 'Return the number.', 'integer'
+        name = 'echo'
+        description = 'Return the number.'
+        output_type = 'integer'
         inputs = {'x': {'type': 'integer', 'description': 'any number'}}
         def forward(self, x): n['tool'] += 1; return x
-    agent = ToolCallingAgent(tools=[Echo()], model=Scripted(model_id='scripted'), max_steps=steps + 1,
-                             verbosity_level=LogLevel.OFF)
+    agent = ToolCallingAgent(tools=[Echo()], model=Scripted(model_id='scripted'),
+                             max_steps=steps + 1, verbosity_level=LogLevel.OFF)
     return (lambda: agent.run('bench') == 'finished'), (lambda: (n['steps'], n['tool']))
 
 # %% ../../nbs/90_bench.ipynb #6e484084
 def _langgraph_side(steps:int) -> tuple:
-    "A LangGraph `StateGraph`: a scripted model node asking for `echo` each step, a `ToolNode`, `tools_condition`."
+    ("A LangGraph `StateGraph`: a scripted model node asking for `echo` each step, a "
+     "`ToolNode`, `tools_condition`.")
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
     from langgraph.graph import START, MessagesState, StateGraph
@@ -156,7 +174,8 @@ def _langgraph_side(steps:int) -> tuple:
         i = n['steps'] % steps
         n['steps'] += 1
         if i == steps - 1: return {'messages': [AIMessage(content='finished')]}
-        return {'messages': [AIMessage(content='', tool_calls=[{'name': 'echo', 'args': {'x': i}, 'id': f'call_{i}'}])]}
+        calls = [{'name': 'echo', 'args': {'x': i}, 'id': f'call_{i}'}]
+        return {'messages': [AIMessage(content='', tool_calls=calls)]}
     g = StateGraph(MessagesState)
     g.add_node('model', model)
     g.add_node('tools', ToolNode([echo]))
@@ -164,18 +183,20 @@ def _langgraph_side(steps:int) -> tuple:
     g.add_conditional_edges('model', tools_condition)
     g.add_edge('tools', 'model')
     graph, cfg = g.compile(), {'recursion_limit': 2 * steps + 1}
-    run = lambda: graph.invoke({'messages': [('user', 'bench')]}, cfg)['messages'][-1].content == 'finished'
+    run = lambda: (graph.invoke({'messages': [('user', 'bench')]}, cfg)['messages'][-1].content
+                   == 'finished')
     return run, (lambda: (n['steps'], n['tool']))
 
 # %% ../../nbs/90_bench.ipynb #34ef420d
 _SIDES = {'reach_nb': _reach_side, 'smolagents': _smolagents_side, 'langgraph': _langgraph_side}
 
 def _check_counts(name:str, got:tuple, runs:int, steps:int):
-    "An AssertionError unless `name` made exactly the model and tool calls that `runs` runs of `steps` steps make."
+    ("An AssertionError unless `name` made exactly the model and tool calls that "
+     "`runs` runs of `steps` steps make.")
     want = (runs * steps, runs * (steps - 1))
     if tuple(got) != want: raise AssertionError(
-        f"{name} made {got[0]} model calls and {got[1]} tool calls in {runs} runs of {steps} steps; "
-        f"the workload is {want[0]} and {want[1]}")
+        f"{name} made {got[0]} model calls and {got[1]} tool calls in {runs} runs of {steps} "
+        f"steps; the workload is {want[0]} and {want[1]}")
 
 def _timed_round(name:str, side:tuple, runs:int, steps:int) -> float:
     "Seconds per step of `runs` runs on `side`, its counts checked."
@@ -189,10 +210,14 @@ def _timed_round(name:str, side:tuple, runs:int, steps:int) -> float:
 def bench_loop_peers(steps:int=20, # steps per run (model calls); the last one answers
                      runs:int=200, # runs per framework per round
                      rounds:int=5): # alternating rounds; the median is reported
-    "µs per step of reach_nb, smolagents and LangGraph on the same scripted workload, and the peers' ratios to reach_nb."
-    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items() if not v >= 1]:
-        raise ValueError(f"bench_loop_peers needs steps, runs and rounds of at least 1, got {', '.join(bad)}")
-    if steps < 2: raise ValueError(f"bench_loop_peers needs at least 2 steps (a tool call, then the answer), got {steps}")
+    ("µs per step of reach_nb, smolagents and LangGraph on the same scripted workload, and "
+     "the peers' ratios to reach_nb.")
+    if bad := [f"{k}={v!r}" for k, v in dict(steps=steps, runs=runs, rounds=rounds).items()
+               if not v >= 1]:
+        raise ValueError("bench_loop_peers needs steps, runs and rounds of at "
+                         f"least 1, got {', '.join(bad)}")
+    if steps < 2: raise ValueError("bench_loop_peers needs at least 2 steps (a tool call, "
+                                   f"then the answer), got {steps}")
     _need_peers()
     sides = {k: make(steps) for k, make in _SIDES.items()}
     t = {k: [] for k in sides}
@@ -203,13 +228,16 @@ def bench_loop_peers(steps:int=20, # steps per run (model calls); the last one a
                 ratios={k: round(us[k] / us['reach_nb'], 1) for k in ('smolagents', 'langgraph')})
 
 # %% ../../nbs/90_bench.ipynb #97b680f3
-_PEER_ROWS = [('reach_nb ReActAgent', 'reach_nb', ''), ('smolagents ToolCallingAgent', 'smolagents', 4),
+_PEER_ROWS = [('reach_nb ReActAgent', 'reach_nb', ''),
+              ('smolagents ToolCallingAgent', 'smolagents', 4),
               ('LangGraph StateGraph + ToolNode', 'langgraph', 25)]
 
 def print_peers_bench(r:dict):
-    "Print `bench_loop_peers`' figures: µs per step of each framework, and each peer's ratio to reach_nb."
-    print(f"Agent loop, {r['steps']} steps ({r['steps'] - 1} tool calls) x {r['runs']} runs per framework "
-          f"(median of {r['rounds']} alternating rounds)")
+    ("Print `bench_loop_peers`' figures: µs per step of each framework, and "
+     "each peer's ratio to reach_nb.")
+    print(f"Agent loop, {r['steps']} steps ({r['steps'] - 1} tool calls) x {r['runs']} runs per "
+          f"framework (median of {r['rounds']} alternating rounds)")
     for label, key, _ in _PEER_ROWS: print(f"  {label:<32}: {r['us_per_step'][key]:8.1f} µs/step")
     for label, key, target in _PEER_ROWS[1:]:
-        print(f"  {label.split()[0] + ' / reach_nb':<32}: {r['ratios'][key]:8.1f}x  (target at least {target}x)")
+        print(f"  {label.split()[0] + ' / reach_nb':<32}: {r['ratios'][key]:8.1f}x  "
+              f"(target at least {target}x)")

@@ -28,23 +28,29 @@ def as_run(source, # a `Run`, a `RunViewer`, a path to a JSON-lines trace, or a 
     if isinstance(source, Run): return source
     if isinstance(source, RunViewer): return source.run
     if isinstance(source, (str, Path)): return Run.load(source)
-    if isinstance(source, Iterable) and not isinstance(source, (dict, bytes)): return Run.from_events(source)
+    if isinstance(source, Iterable) and not isinstance(source, (dict, bytes)):
+        return Run.from_events(source)
     raise UserError(f'a {type(source).__name__} is not a run', where,
                     'give a Run, a RunViewer, a path to a JSON-lines trace or a list of events')
 
 # %% ../../nbs/51_share.ipynb #fc8d5408
-def _usage(run:Run) -> Usage: return run.usage if run.stop_reason else sum((s.usage for s in run.steps), Usage())
+def _usage(run:Run) -> Usage:
+    return run.usage if run.stop_reason else sum((s.usage for s in run.steps), Usage())
 
 def run_figures(run) -> dict: # a run, or anything `as_run` takes
-    "What a run cost and gave: steps, model and tool calls, tokens, time, how it stopped, and its answer."
+    ("What a run cost and gave: steps, model and tool calls, tokens, time, "
+     "how it stopped, and its answer.")
     run = as_run(run, 'run_figures')
     u = _usage(run)
-    return {'agent': run.agent, 'steps': len(run.steps), 'model calls': u.llm_calls, 'tool calls': u.tool_calls,
-            'prompt tokens': u.prompt_tokens, 'completion tokens': u.completion_tokens, 'total tokens': u.total_tokens,
-            'time (s)': u.wall_time, 'stop reason': run.stop_reason or 'running', 'answer': run.answer}
+    return {'agent': run.agent, 'steps': len(run.steps), 'model calls': u.llm_calls,
+            'tool calls': u.tool_calls, 'prompt tokens': u.prompt_tokens,
+            'completion tokens': u.completion_tokens, 'total tokens': u.total_tokens,
+            'time (s)': u.wall_time, 'stop reason': run.stop_reason or 'running',
+            'answer': run.answer}
 
 # %% ../../nbs/51_share.ipynb #b2482b4b
-_NUMBERS = ('steps', 'model calls', 'tool calls', 'prompt tokens', 'completion tokens', 'total tokens', 'time (s)')
+_NUMBERS = ('steps', 'model calls', 'tool calls', 'prompt tokens', 'completion tokens',
+            'total tokens', 'time (s)')
 
 def _figure(v) -> str:
     if isinstance(v, float): return f'{v:.2f}'
@@ -59,9 +65,11 @@ def _delta(k:str, x, y) -> str:
 def compare_table_html(run_a, run_b, # two runs, or anything `as_run` takes
                        labels=('A', 'B'), # a name for each, as the column heads
                        n:int=600) -> str: # characters of a long answer shown before it is folded
-    "The figures of two runs as an HTML table, a column per run and one for the difference, then their answers."
+    ("The figures of two runs as an HTML table, a column per run and one for the "
+     "difference, then their answers.")
     fa, fb = run_figures(run_a), run_figures(run_b)
-    head = ''.join(f'<th scope="col">{_esc(l)}</th>' for l in (*labels, f'{labels[1]} − {labels[0]}'))
+    head = ''.join(f'<th scope="col">{_esc(l)}</th>'
+                   for l in (*labels, f'{labels[1]} − {labels[0]}'))
     rows = ''.join(f'<tr><th scope="row">{k}</th><td>{_figure(fa[k])}</td><td>{_figure(fb[k])}</td>'
                    f'<td>{_delta(k, fa[k], fb[k])}</td></tr>' for k in fa if k != 'answer')
     answers = ''.join(f'<td>{text_html(f["answer"] or "(no answer)", n)}</td>' for f in (fa, fb))
@@ -75,11 +83,12 @@ def _did(step:Step) -> str:
     return tools or ('answer' if step.answer is not None else 'no action')
 
 def _tags(step:Step) -> str:
-    return ''.join(f' <span class="reach-tag">{_esc(k)}</span>' for k in dict.fromkeys(g.kind for g in step.safeguards))
+    return ''.join(f' <span class="reach-tag">{_esc(k)}</span>'
+                   for k in dict.fromkeys(g.kind for g in step.safeguards))
 
 def _folded_prompt(messages:str, count:int) -> str:
-    return (f'<details class="reach-prompt"><summary>prompt: the {count} messages sent for this step</summary>'
-            f'{messages}</details>')
+    return (f'<details class="reach-prompt"><summary>prompt: the {count} messages sent for this '
+            f'step</summary>{messages}</details>')
 
 # %% ../../nbs/51_share.ipynb #fea03e53
 _CARD = ('reasoning', 'thought', 'actions', 'conclusion')
@@ -90,10 +99,11 @@ def step_card(step:Step, # the step to show
               full:bool=False, # also the raw reply beside what was parsed, and the usage
               key:str='', # a prefix for the card's id (`{key}reach-step-{index}`)
               before:list[dict]|None=None) -> str: # the previous step's prompt: what it had already is folded away
-    "A step as an HTML card: what it did, tokens, time and safeguards; then its thought, calls, observations, answer."
+    ("A step as an HTML card: what it did, tokens, time and safeguards; then its thought, "
+     "calls, observations, answer.")
     p, u = step_html(step, n, prompt, before), step.usage
-    head = (f'<div class="reach-step-head"><b>step {step.index}</b> · {_esc(_did(step))} · {u.total_tokens:,} tokens'
-            f' · {u.wall_time:.2f} s{_tags(step)}</div>')
+    head = (f'<div class="reach-step-head"><b>step {step.index}</b> · {_esc(_did(step))} · '
+            f'{u.total_tokens:,} tokens · {u.wall_time:.2f} s{_tags(step)}</div>')
     parts = _CARD + (('safeguards',) if step.safeguards else ()) + (('raw',) if full else ())
     body = ''.join(f'<div class="reach-{k}">{p[k]}</div>' for k in parts if p.get(k))
     if prompt is not None: body += _folded_prompt(p.get('prompt', ''), len(prompt))
@@ -113,8 +123,10 @@ def compare_html(run_a, run_b, # two runs, or anything `as_run` takes
                    for x, y in zip_longest(a.steps, b.steps))
     head = ''.join(f'<th scope="col">{_esc(l)}: {_esc(r.agent)}, {len(r.steps)} steps</th>'
                    for l, r in zip(labels, (a, b)))
-    return ('<div class="reach-viewer reach-share reach-compare">' + ''.join(f'<p><b>{_esc(q)}</b></p>' for q in asked)
-            + compare_table_html(a, b, labels, n) + f'<table class="reach-compare-steps"><thead><tr>{head}</tr>'
+    questions = ''.join(f'<p><b>{_esc(q)}</b></p>' for q in asked)
+    return ('<div class="reach-viewer reach-share reach-compare">' + questions
+            + compare_table_html(a, b, labels, n)
+            + f'<table class="reach-compare-steps"><thead><tr>{head}</tr>'
             f'</thead><tbody>{rows}</tbody></table></div>')
 
 # %% ../../nbs/51_share.ipynb #ea19cf51
@@ -141,21 +153,28 @@ def _cls(w, name:str):
     w.add_class(name); return w
 
 class CompareViewer(W.VBox):
-    "Two runs side by side: a table of their figures, and a step of each, moved together or one at a time."
+    ("Two runs side by side: a table of their figures, and a step of each, "
+     "moved together or one at a time.")
     def __init__(self, run_a, run_b, # two runs, or anything `as_run` takes
                  labels=('A', 'B'), # a name for each
                  fold:int=600): # characters of a long text shown before it is folded
         super().__init__()
-        for c in ('reach-viewer', 'reach-share', 'reach-compare-viewer'): self.add_class(c)  # the style sheet's scope
-        self.runs, self.labels, self.fold = [as_run(r, 'CompareViewer') for r in (run_a, run_b)], labels, fold
-        self.table = _cls(W.HTML(_STYLE + compare_table_html(*self.runs, labels, fold)), 'reach-compare-table')
-        self.sliders = [_cls(W.IntSlider(value=1, min=1, max=max(len(r.steps), 1), description='step',
-                                         disabled=len(r.steps) < 2, layout=W.Layout(width='100%'),
+        # the style sheet's scope
+        for c in ('reach-viewer', 'reach-share', 'reach-compare-viewer'): self.add_class(c)
+        self.runs = [as_run(r, 'CompareViewer') for r in (run_a, run_b)]
+        self.labels = labels
+        self.fold = fold
+        self.table = _cls(W.HTML(_STYLE + compare_table_html(*self.runs, labels, fold)),
+                          'reach-compare-table')
+        self.sliders = [_cls(W.IntSlider(value=1, min=1, max=max(len(r.steps), 1),
+                                         description='step', disabled=len(r.steps) < 2,
+                                         layout=W.Layout(width='100%'),
                                          style={'description_width': 'initial'}),
                              f'reach-compare-slider-{s}')
                         for r, s in zip(self.runs, 'ab')]
         self.cards = [_cls(W.HTML(), f'reach-compare-card-{s}') for s in 'ab']
-        self.linked = _cls(W.Checkbox(value=True, description='move both', indent=False), 'reach-compare-linked')
+        self.linked = _cls(W.Checkbox(value=True, description='move both', indent=False),
+                           'reach-compare-linked')
         self._moving = False
         for k, sl in enumerate(self.sliders): sl.observe(lambda _, k=k: self._moved(k), 'value')
         columns = W.HBox([self._column(k) for k in (0, 1)], layout=W.Layout(width='100%'))
@@ -167,7 +186,8 @@ class CompareViewer(W.VBox):
 def _column(self:CompareViewer, k:int) -> W.VBox:
     r, label = self.runs[k], _esc(self.labels[k])
     title = W.HTML(f'<b>{label}</b>: {_esc(r.agent)}, {len(r.steps)} steps')
-    shares = W.Layout(flex='1 1 0', min_width='0', padding='0 4px')  # an equal share of the width, shrinking
+    # an equal share of the width, shrinking
+    shares = W.Layout(flex='1 1 0', min_width='0', padding='0 4px')
     return W.VBox([title, self.sliders[k], self.cards[k]], layout=shares)
 
 @patch
@@ -187,11 +207,13 @@ def _render(self:CompareViewer):
 
 # %% ../../nbs/51_share.ipynb #c5df61f6
 @patch(as_prop=True)
-def indices(self:CompareViewer) -> tuple[int, int]: return tuple(sl.value - 1 for sl in self.sliders)
+def indices(self:CompareViewer) -> tuple[int, int]:
+    return tuple(sl.value - 1 for sl in self.sliders)
 
 @patch
 def go(self:CompareViewer, i:int) -> CompareViewer:
-    "Show the `i`-th step (0-based; negative counts from the end) of both runs, each clamped to its run."
+    ("Show the `i`-th step (0-based; negative counts from the end) of both "
+     "runs, each clamped to its run.")
     for r, sl in zip(self.runs, self.sliders):
         n = len(r.steps)
         sl.value = min(max(i + n if i < 0 else i, 0), max(n - 1, 0)) + 1
@@ -211,15 +233,21 @@ def _forker(agent):
 
 # %% ../../nbs/51_share.ipynb #ec6dd1d3
 class ForkViewer(W.VBox):
-    "Fork a run at a step with its model output or an observation edited, and see the fork beside the original."
+    ("Fork a run at a step with its model output or an observation edited, and see "
+     "the fork beside the original.")
     def __init__(self, run, # the run to fork, or anything `as_run` takes
                  agent, # the agent that carries the fork on (same tools); it needs a `fork` method
                  step:int|None=None, # the step picked first (default: the first)
                  fold:int=600): # characters of a long text shown before it is folded
         super().__init__()
-        self.run, self.agent, self.fold = as_run(run, 'ForkViewer'), _forker(agent), fold
-        if not self.run.steps: raise UserError('the run has no steps', 'ForkViewer(run=...)', 'fork a run with a step')
-        self.forks, self.compare, self.store, self.run_id, self.fork_ids = [], None, None, None, []
+        self.run = as_run(run, 'ForkViewer')
+        self.agent = _forker(agent)
+        self.fold = fold
+        if not self.run.steps:
+            raise UserError('the run has no steps', 'ForkViewer(run=...)', 'fork a run with a step')
+        self.forks = []
+        self.compare = self.store = self.run_id = None
+        self.fork_ids = []
         self._controls()
         self.step_pick.value = self._known(self.run.steps[0].index if step is None else step)
         self._picked()
@@ -228,19 +256,22 @@ class ForkViewer(W.VBox):
 def _known(self:ForkViewer, step:int) -> int:
     "`step`, if the run has it."
     if any(s.index == step for s in self.run.steps): return step
-    raise UserError(f'the run has no step {step}', 'ForkViewer', f'pick one of {[s.index for s in self.run.steps]}')
+    raise UserError(f'the run has no step {step}', 'ForkViewer',
+                    f'pick one of {[s.index for s in self.run.steps]}')
 
 # %% ../../nbs/51_share.ipynb #741d6886
 @patch
 def _controls(self:ForkViewer):
-    "The step and edit pickers, the text box, the Fork button, the status line, and room for the comparison."
+    ("The step and edit pickers, the text box, the Fork button, the status line, "
+     "and room for the comparison.")
     steps = [(f'step {s.index} · {_did(s)}', s.index) for s in self.run.steps]
     self.step_pick = _cls(W.Dropdown(options=steps, description='step'), 'reach-fork-step')
     self.what = _cls(W.Dropdown(description='edit'), 'reach-fork-what')
     self.text = _cls(W.Textarea(layout=W.Layout(width='100%', height='8em')), 'reach-fork-text')
     self.button = _cls(W.Button(description='Fork', icon='code-branch'), 'reach-fork-button')
     self.status, self.result = _cls(W.HTML(), 'reach-fork-status'), W.VBox()
-    pickers = W.Box([self.step_pick, self.what], layout=W.Layout(flex_flow='row wrap'))  # wraps when narrow
+    # wraps when narrow
+    pickers = W.Box([self.step_pick, self.what], layout=W.Layout(flex_flow='row wrap'))
     self.step_pick.observe(lambda _: self._picked(), 'value')
     self.what.observe(lambda _: self._original_text(), 'value')
     self.button.on_click(lambda _: self.fork())
@@ -248,7 +279,8 @@ def _controls(self:ForkViewer):
 
 # %% ../../nbs/51_share.ipynb #e451d86e
 @patch(as_prop=True)
-def picked(self:ForkViewer) -> Step: return next(s for s in self.run.steps if s.index == self.step_pick.value)
+def picked(self:ForkViewer) -> Step:
+    return next(s for s in self.run.steps if s.index == self.step_pick.value)
 
 @patch
 def _picked(self:ForkViewer):
@@ -266,14 +298,16 @@ def _original_text(self:ForkViewer):
 # %% ../../nbs/51_share.ipynb #2bfcf3c5
 @patch
 def _kw(self:ForkViewer) -> dict:
-    "The fork's edit as `fork` takes it: the model's output, or the observations up to the edited one."
+    ("The fork's edit as `fork` takes it: the model's output, or the "
+     "observations up to the edited one.")
     w, text = self.what.value, self.text.value
     if w == 'model_output': return {'model_output': text}
     return {'observation': [o.content for o in self.picked.observations[:w]] + [text]}
 
 @patch
 def _run_fork(self:ForkViewer, step:int, kw:dict) -> Run:
-    "The fork's run: made in memory, or stored as a new run beside the original when the viewer has a store."
+    ("The fork's run: made in memory, or stored as a new run beside the original "
+     "when the viewer has a store.")
     if self.store is None: return Run.from_events(self.agent.fork(self.run, step, **kw))
     self.fork_ids.append(sessions.fork(self.store, self.run_id, step, self.agent, **kw))
     return self.store.run(self.fork_ids[-1])
@@ -283,7 +317,8 @@ def _run_fork(self:ForkViewer, step:int, kw:dict) -> Run:
 def fork(self:ForkViewer, step:int|None=None, # the step to fork at (default: the one picked)
          what=None, # 'model_output', or the position of the call whose observation is edited (default: as picked)
          text:str|None=None) -> Run|None: # the edited text (default: what the box holds)
-    "Run the fork the controls describe, show it beside the original and return it (None if it could not start)."
+    ("Run the fork the controls describe, show it beside the original and return it "
+     "(None if it could not start).")
     if step is not None: self.step_pick.value = self._known(step)
     if what is not None: self.what.value = what
     if text is not None: self.text.value = text
@@ -301,7 +336,8 @@ def fork(self:ForkViewer, step:int|None=None, # the step to fork at (default: th
 # %% ../../nbs/51_share.ipynb #34a0b52e
 @patch
 def _show(self:ForkViewer, run:Run, k:int, label:str):
-    "The fork beside the original, both at the step it forked from; the status says what changed and how it ended."
+    ("The fork beside the original, both at the step it forked from; the status says "
+     "what changed and how it ended.")
     name = f'fork {len(self.forks)}'
     self.compare = CompareViewer(self.run, run, ('original', name), self.fold)
     self.compare.go(next(i for i, s in enumerate(self.run.steps) if s.index == k))
@@ -315,7 +351,8 @@ def stored(cls:ForkViewer, store, # a `SessionStore`
            run_id:str, # the stored run to fork; it stays as it is
            agent, # the agent that carries the forks on
            **kw) -> ForkViewer: # passed to `ForkViewer`
-    "A `ForkViewer` over a stored run: each fork is stored as a new run of the same session (`fork_ids`)."
+    ("A `ForkViewer` over a stored run: each fork is stored as a new run of "
+     "the same session (`fork_ids`).")
     v = cls(store.run(run_id), agent, **kw)
     v.store, v.run_id = store, run_id
     return v
@@ -328,22 +365,28 @@ def fork_panel(viewer:RunViewer, agent, # a viewer, and the agent that carries f
     return ForkViewer(viewer.run, agent, step=at, fold=getattr(viewer, 'fold', 600), **kw)
 
 # %% ../../nbs/51_share.ipynb #95c4f245
-_HIDE = ('<div class="reach-source">', '<span class="reach-less">')  # shown only through the viewer's style sheet
+# shown only through the viewer's style sheet
+_HIDE = ('<div class="reach-source">', '<span class="reach-less">')
 
 def _plain(html_:str) -> str:
-    "The viewer's HTML readable without its style sheet: Markdown sources and 'show less' hints hidden."
-    for tag in _HIDE: html_ = html_.replace(tag, tag[:-1] + ' hidden="hidden">')  # a value: sanitizers drop empty ones
+    ("The viewer's HTML readable without its style sheet: Markdown sources "
+     "and 'show less' hints hidden.")
+    # a value: sanitizers drop empty ones
+    for tag in _HIDE: html_ = html_.replace(tag, tag[:-1] + ' hidden="hidden">')
     return html_
 
 def _static(body:str) -> str: return _plain(_STYLE + body)  # the style sheet where it is kept, readable where not
 
 def run_static_html(run, # a run, or anything `as_run` takes
                     n:int=600) -> str: # characters of a long text shown before it is folded
-    "The whole run as HTML with no script, readable with or without its style sheet: totals, every step, the answer."
+    ("The whole run as HTML with no script, readable with or without its style sheet: "
+     "totals, every step, the answer.")
     run = as_run(run, 'run_static_html')
-    r, steps = run_html(run, n), '<hr>'.join(step_card(s, n, full=True) for s in run.steps)  # apart without a style
-    return _static(f'<div class="reach-viewer reach-share reach-static">{r["intro"]}<p>{r["totals"]}</p>{steps}'
-                   f'<div class="reach-answer">{r["answer"]}</div></div>')
+    # apart without a style
+    r, steps = run_html(run, n), '<hr>'.join(step_card(s, n, full=True) for s in run.steps)
+    return _static('<div class="reach-viewer reach-share '
+                   f'reach-static">{r["intro"]}<p>{r["totals"]}</p>{steps}<div '
+                   f'class="reach-answer">{r["answer"]}</div></div>')
 
 # %% ../../nbs/51_share.ipynb #3020d174
 def with_static(widget:W.Widget, static:str, **kw) -> dict:
@@ -359,25 +402,29 @@ def _repr_mimebundle_(self:CompareViewer, **kw):
 def _repr_mimebundle_(self:ForkViewer, **kw):
     "The original beside the last fork, or the original alone before any fork."
     c = self.compare
-    static = _static(f'<p>{self.status.value}</p>' + compare_html(*c.runs, c.labels, c.fold)) if c else \
-        run_static_html(self.run, self.fold)
+    if c: static = _static(f'<p>{self.status.value}</p>' + compare_html(*c.runs, c.labels, c.fold))
+    else: static = run_static_html(self.run, self.fold)
     return with_static(self, static, **kw)
 
 # %% ../../nbs/51_share.ipynb #9e87131b
-_THEMES = {'light': dict(layout=('#ffffff', '#ffffff', '#eef0f3'), font=('#0b0f14', '#1f2937', '#4b5563'),
-                         border=('#6b7280', '#c4c9d0', '#d8dce2'), brand='#1d4ed8', link='#0d47a1', warn='#d97706',
-                         error='#c62828', success='#2e7d32'),
-           'dark': dict(layout=('#111418', '#181c22', '#242a33'), font=('#f3f4f6', '#e5e7eb', '#b9bfc9'),
-                        border=('#8b93a1', '#4b5563', '#374151'), brand='#60a5fa', link='#93c5fd', warn='#f59e0b',
-                        error='#f87171', success='#4ade80')}
+_THEMES = {'light': dict(layout=('#ffffff', '#ffffff', '#eef0f3'),
+                         font=('#0b0f14', '#1f2937', '#4b5563'),
+                         border=('#6b7280', '#c4c9d0', '#d8dce2'), brand='#1d4ed8', link='#0d47a1',
+                         warn='#d97706', error='#c62828', success='#2e7d32'),
+           'dark': dict(layout=('#111418', '#181c22', '#242a33'),
+                        font=('#f3f4f6', '#e5e7eb', '#b9bfc9'),
+                        border=('#8b93a1', '#4b5563', '#374151'), brand='#60a5fa', link='#93c5fd',
+                        warn='#f59e0b', error='#f87171', success='#4ade80')}
 
 def _theme_vars(t:dict) -> str:
     "JupyterLab's theme variables that the viewer and the page use, for one colour scheme."
     v = {f'--jp-layout-color{i}': c for i, c in enumerate(t['layout'])}
-    v |= {f'--jp-{kind}-font-color{i}': c for kind in ('ui', 'content') for i, c in enumerate(t['font'])}
+    v |= {f'--jp-{kind}-font-color{i}': c for kind in ('ui', 'content')
+          for i, c in enumerate(t['font'])}
     v |= {f'--jp-border-color{i}': c for i, c in enumerate(t['border'])}
-    v |= {'--jp-brand-color1': t['brand'], '--jp-content-link-color': t['link'], '--jp-warn-color1': t['warn'],
-          '--jp-error-color1': t['error'], '--jp-success-color1': t['success']}
+    v |= {'--jp-brand-color1': t['brand'], '--jp-content-link-color': t['link'],
+          '--jp-warn-color1': t['warn'], '--jp-error-color1': t['error'],
+          '--jp-success-color1': t['success']}
     return ';'.join(f'{k}:{c}' for k, c in v.items())
 
 # %% ../../nbs/51_share.ipynb #10d23824
@@ -433,32 +480,39 @@ _JS = _JS_STEPS + '\n' + _JS_FOLDS
 # %% ../../nbs/51_share.ipynb #241e7ab9
 def _page(title:str, body:str, bar:str='') -> str:
     "A whole HTML page: inline style and script, a bar of controls, the body; nothing is fetched."
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
-            f'content="width=device-width, initial-scale=1"><meta name="color-scheme" content="light dark">'
-            f'<title>{_esc(title)}</title>{_STYLE}<style>{_PAGE_CSS}</style></head>\n<body><div class="reach-page '
-            f'reach-viewer reach-share"><div class="reach-bar">{bar}<button id="reach-open">open all folds</button>'
-            f'<button id="reach-close">close all folds</button><button id="reach-raw" aria-pressed="false">Markdown '
+    return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            'content="width=device-width, initial-scale=1"><meta name="color-scheme" '
+            'content="light '
+            f'dark"><title>{_esc(title)}</title>{_STYLE}<style>{_PAGE_CSS}</style></head>\n<body><div '
+            f'class="reach-page reach-viewer reach-share"><div class="reach-bar">{bar}<button '
+            'id="reach-open">open all folds</button><button id="reach-close">close all '
+            'folds</button><button id="reach-raw" aria-pressed="false">Markdown '
             f'source</button></div>\n{body}</div>\n<script>{_JS}</script></body></html>\n')
 
-_STEP_BAR = ('<button id="reach-prev" aria-label="previous step">← previous</button><span id="reach-pos" '
-             'aria-live="polite"></span><button id="reach-next" aria-label="next step">next →</button>')
+_STEP_BAR = ('<button id="reach-prev" aria-label="previous step">← previous</button><span '
+             'id="reach-pos" aria-live="polite"></span><button id="reach-next" '
+             'aria-label="next step">next →</button>')
 
 # %% ../../nbs/51_share.ipynb #cdfbced6
 def run_page(run, # a run, or anything `as_run` takes
              n:int=600, # characters of a long text shown before it is folded
              prompts:bool=True) -> str: # include each step's prompt (folded); they can be long
-    "A run as one self-contained HTML page: the run at a glance, then every step in full; folds and step navigation."
+    ("A run as one self-contained HTML page: the run at a glance, then every step in "
+     "full; folds and step navigation.")
     run = as_run(run, 'run_page')
     r, sent = run_html(run, n), [run.prompt_at(s.index) if prompts else None for s in run.steps]
     steps = ''.join(step_card(s, n, p, full=True, before=sent[k - 1] if k else None)
                     for k, (s, p) in enumerate(zip(run.steps, sent)))
-    head = f'{r["intro"]}<p>{r["totals"]}</p><nav aria-label="steps">{r["strip"]}</nav>{r["chart"]}{r["plan"]}'
-    body = f'<header>{head}</header>\n<main>{steps}<section class="reach-answer">{r["answer"]}</section></main>'
+    head = (f'{r["intro"]}<p>{r["totals"]}</p><nav '
+            f'aria-label="steps">{r["strip"]}</nav>{r["chart"]}{r["plan"]}')
+    body = (f'<header>{head}</header>\n<main>{steps}<section '
+            f'class="reach-answer">{r["answer"]}</section></main>')
     return _page(f'{run.question[:80]} · reach_nb run', body, _STEP_BAR)
 
 # %% ../../nbs/51_share.ipynb #f83a65fe
 def _write(path, page:str) -> Path:
-    "Write `page` whole or not at all: to a temporary file beside `path`, renamed over it; what UTF-8 cannot encode is replaced."
+    ("Write `page` whole or not at all: to a temporary file beside `path`, renamed over it; what "
+     "UTF-8 cannot encode is replaced.")
     path = Path(path)
     tmp = path.with_name(f'.{path.name}.{os.getpid()}.{threading.get_ident()}.tmp')
     try:
@@ -474,7 +528,8 @@ def run_to_html(run, path, # a run (or anything `as_run` takes), and the file to
 
 
 # %% ../../nbs/51_share.ipynb #d6ba085f
-def compare_to_html(run_a, run_b, path, # two runs (or anything `as_run` takes), and the file to write
+def compare_to_html(run_a, run_b,
+                    path, # two runs (or anything `as_run` takes), and the file to write
                     labels=('A', 'B'), n:int=600) -> Path: # as `compare_html` takes them
     "Write two runs side by side as one self-contained HTML page; returns the path."
     a, b = as_run(run_a, 'compare_to_html'), as_run(run_b, 'compare_to_html')

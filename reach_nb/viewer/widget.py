@@ -11,8 +11,9 @@ from typing import Iterable, get_args
 import ipywidgets as W
 from fastcore.basics import patch
 from markdown_it import MarkdownIt
-from ..core import (ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step, StepEnd, StepStart,
-                           TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart, Usage, valid_text)
+from ..core import (ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step,
+                           StepEnd, StepStart, TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart,
+                           Usage, valid_text)
 
 # %% auto #0
 __all__ = ['VIEWER_CSS', 'MAX_MARKDOWN', 'MAX_MARK', 'fold_html', 'looks_markdown', 'markdown_html', 'text_html', 'prompt_html',
@@ -130,7 +131,8 @@ _PRE = '<pre class="reach-pre" style="white-space:pre-wrap;margin:0">{}</pre>'
 def _pre(text:str) -> str: return _PRE.format(_esc(text))
 
 def _cut(text:str, n:int) -> int:
-    "Where to fold `text` near `n` characters: after a line, else after a word, else at `n` (the length: no fold)."
+    ("Where to fold `text` near `n` characters: after a line, else after a word, else "
+     "at `n` (the length: no fold).")
     if len(text) <= n: return len(text)
     k = text.rfind('\n', 0, n + 1)
     if k >= n // 2: return k + 1
@@ -145,25 +147,30 @@ def _more(rest:str) -> str:
 def fold_html(text:str, # the text to show
               n:int=600, # about how many characters show before the fold
               render=_pre): # text -> HTML for the shown part and for the whole
-    "`text` as HTML; past `n` characters (cut after a line) the rest folds, with the hint after what shows."
+    ("`text` as HTML; past `n` characters (cut after a line) the rest folds, "
+     "with the hint after what shows.")
     k = _cut(text, n)
     if k >= len(text): return render(text)
     more = _more(text[k:])
-    return (f'<details class="reach-fold"><summary><div class="reach-preview">{render(text[:k])}</div>'
-            f'<span class="reach-more">… {more}: click to show</span><span class="reach-less">▴ show less</span>'
-            f'</summary>{render(text)}</details>')
+    return ('<details class="reach-fold"><summary><div '
+            f'class="reach-preview">{render(text[:k])}</div><span class="reach-more">… {more}: '
+            'click to show</span><span class="reach-less">▴ show '
+            f'less</span></summary>{render(text)}</details>')
 
 # %% ../../nbs/50_viewer.ipynb #1d222445
 MAX_MARKDOWN = 100_000  # longer texts are shown as written, not rendered
-_MD = MarkdownIt('commonmark', {'html': False, 'breaks': True}).enable(['table', 'strikethrough']).disable('image')
-_MD_SIGNS = re.compile(r'^ {0,3}(?:#{1,6} |\|.*\|[ \t]*$|[-*+] |\d{1,3}[.)] |```)|\*\*[^*\n]+\*\*|`[^`\n]+`', re.M)
+_MD = (MarkdownIt('commonmark', {'html': False, 'breaks': True})
+       .enable(['table', 'strikethrough']).disable('image'))
+_MD_SIGNS = re.compile(r'^ {0,3}(?:#{1,6} |\|.*\|[ \t]*$|[-*+] |\d{1,3}[.)] '
+                       r'|```)|\*\*[^*\n]+\*\*|`[^`\n]+`', re.M)
 
 def looks_markdown(text:str) -> bool:
     "Whether `text` uses Markdown worth rendering: a table, a heading, a list, bold, code."
     return len(text) <= MAX_MARKDOWN and _MD_SIGNS.search(text) is not None
 
 def markdown_html(text:str) -> str:
-    "`text` rendered as Markdown, safely: HTML in it shows as text, no images, links only to web or mail."
+    ("`text` rendered as Markdown, safely: HTML in it shows as text, no "
+     "images, links only to web or mail.")
     return f'<div class="reach-markdown">{_MD.render(text)}</div>'
 
 def _pretty_json(text:str) -> str|None:
@@ -172,7 +179,8 @@ def _pretty_json(text:str) -> str|None:
     if t[:1] not in ('{', '[') or len(t) > MAX_MARKDOWN: return None
     try: v = json.loads(t)
     except (ValueError, RecursionError): return None
-    return json.dumps(v, ensure_ascii=False, indent=2) if isinstance(v, (dict, list)) and v else None
+    return (json.dumps(v, ensure_ascii=False, indent=2) if isinstance(v, (dict, list)) and v
+            else None)
 
 # %% ../../nbs/50_viewer.ipynb #f6e70966
 def _prose(text:str) -> str: return f'<div class="reach-prose">{_esc(text)}</div>'
@@ -180,16 +188,19 @@ def _prose(text:str) -> str: return f'<div class="reach-prose">{_esc(text)}</div
 def text_html(text:str, # what a tool or the model wrote
               n:int=600, # about how many characters show before the fold
               prose:bool=False): # plain text in the body font (an answer) rather than as preformatted output
-    "Readable text: JSON indented, Markdown rendered (its source a toggle away), else as written; folded past `n`."
+    ("Readable text: JSON indented, Markdown rendered (its source a toggle away), else "
+     "as written; folded past `n`.")
     if (pretty := _pretty_json(text)) is not None: return fold_html(pretty, n)
     if not looks_markdown(text): return fold_html(text, n, _prose if prose else _pre)
-    return (f'<div class="reach-md"><div class="reach-rendered">{fold_html(text, n, markdown_html)}</div>'
-            f'<div class="reach-source">{fold_html(text, n)}</div></div>')
+    return ('<div class="reach-md"><div '
+            f'class="reach-rendered">{fold_html(text, n, markdown_html)}</div><div '
+            f'class="reach-source">{fold_html(text, n)}</div></div>')
 
 # %% ../../nbs/50_viewer.ipynb #75313c28
 _TONES = {'ask': ('correction', 'intervention', 'retry'), 'hint': ('suggestion', 'repair'),
           'limit': ('validation', 'size_cap'),
-          'fail': ('tool_error', 'timeout', 'repeat_stop', 'max_steps', 'llm_error', 'internal_error')}
+          'fail': ('tool_error', 'timeout', 'repeat_stop', 'max_steps', 'llm_error',
+                   'internal_error')}
 _TONE = {kind: tone for tone, kinds in _TONES.items() for kind in kinds}
 _RANK = ('', 'hint', 'ask', 'limit', 'fail')  # a chip takes the tone of its most serious mark
 
@@ -197,7 +208,8 @@ def _badge(kind:str, # a safeguard kind or a failed call's error kind (shown red
            label:str|None=None, # the text, when it is not the kind
            tone:str|None=None) -> str: # the tone, when it is not the kind's: 'ask', 'hint', 'limit', 'fail', 'ok'
     "A badge for a safeguard, a failed call or a repair, in its tone."
-    return f'<span class="reach-badge reach-tone-{tone or _TONE.get(kind, "fail")}">{_esc(label or kind)}</span>'
+    return ('<span class="reach-badge '
+            f'reach-tone-{tone or _TONE.get(kind, "fail")}">{_esc(label or kind)}</span>')
 
 # %% ../../nbs/50_viewer.ipynb #37f40ae6
 def _args_html(args:dict, n:int) -> str:
@@ -216,10 +228,13 @@ def _call_html(c:ToolCall, o:Observation|None, n:int) -> str:
     return head + f'<div>observation{mark}{cut}:</div>' + text_html(o.content, n)
 
 def _actions_html(s:Step, n:int, plans:list|None=None) -> str:
-    "Every call of the step with its observation, then the answer if it gave one; or the plans it wrote."
+    ("Every call of the step with its observation, then the answer if it "
+     "gave one; or the plans it wrote.")
     obs = s.observations
-    out = [f'<div class="reach-action" style="margin-bottom:6px">action {k + 1} of {len(s.actions)}: '
-           + _call_html(c, obs[k] if k < len(obs) else None, n) + '</div>' for k, c in enumerate(s.actions)]
+    of = len(s.actions)
+    out = [f'<div class="reach-action" style="margin-bottom:6px">action {k + 1} of {of}: '
+           + _call_html(c, obs[k] if k < len(obs) else None, n) + '</div>'
+           for k, c in enumerate(s.actions)]
     if s.answer is not None: out.append('<b>answer:</b>' + text_html(s.answer, n, prose=True))
     if not out and plans: out = ['<b>wrote a plan:</b>'] + [_plan_table(p) for p in plans]
     return ''.join(out) or '<i>no action and no answer: see the raw output and the safeguards</i>'
@@ -241,20 +256,23 @@ def _same_start(before:list[dict], now:list[dict]) -> int:
 
 def _message_html(k:int, m:dict, n:int, new:bool) -> str:
     label = ' <span class="reach-new-label">new</span>' if new else ''
-    return (f'<div class="reach-message{" reach-new" if new else ""}" style="margin-bottom:6px"><b>{k}. '
-            f'{_esc(m.get("role", "?"))}</b>{label}{fold_html(_message_text(m), n)}</div>')
+    return (f'<div class="reach-message{" reach-new" if new else ""}" '
+            f'style="margin-bottom:6px"><b>{k}. {_esc(m.get("role", "?"))}</b>{label}'
+            f'{fold_html(_message_text(m), n)}</div>')
 
 # %% ../../nbs/50_viewer.ipynb #876ee61f
 def prompt_html(prompt:list[dict], # the messages sent for a step
                 n:int=600, # about how many characters of a message show before the fold
                 before:list[dict]|None=None): # the previous step's messages: those it had already are folded away
-    "The messages sent, numbered; with `before`, the ones already sent last time are folded and the new ones marked."
+    ("The messages sent, numbered; with `before`, the ones already sent last time are "
+     "folded and the new ones marked.")
     same = _same_start(before, prompt) if before else 0
-    msgs = [_message_html(k, m, n, before is not None and k > same) for k, m in enumerate(prompt, 1)]
+    msgs = [_message_html(k, m, n, before is not None and k > same)
+            for k, m in enumerate(prompt, 1)]
     if not msgs: return '<i>no prompt recorded</i>'
     if not same: return ''.join(msgs)
-    return (f'<details class="reach-same"><summary>messages 1–{same}: as sent for the previous step (click to show)'
-            f'</summary>{"".join(msgs[:same])}</details>' + ''.join(msgs[same:]))
+    return (f'<details class="reach-same"><summary>messages 1–{same}: as sent for the previous '
+            f'step (click to show)</summary>{"".join(msgs[:same])}</details>' + ''.join(msgs[same:]))
 
 # %% ../../nbs/50_viewer.ipynb #a68bbd2b
 MAX_MARK = 20_000
@@ -264,21 +282,26 @@ _MARKS = {'code_fence': re.compile(r'```[^\n]*'), 'trailing_comma': re.compile(r
 
 def _around(raw:str, repairs:list[str]) -> list[tuple[int, int, str]]:
     "Spans of prose around the object and of a leading reasoning block."
-    out, a, b = [], raw.find('{'), raw.rfind('}')
+    out = []
+    a, b = raw.find('{'), raw.rfind('}')
     if 'surrounding_prose' in repairs:
         if a > 0: out.append((0, a, 'surrounding_prose'))
         if 0 <= b < len(raw.rstrip()) - 1: out.append((b + 1, len(raw), 'surrounding_prose'))
-    if 'think_block' in repairs and (s := raw.find('<think>')) >= 0 and (e := raw.find('</think>', s)) > 0:
+    if ('think_block' in repairs and (s := raw.find('<think>')) >= 0
+            and (e := raw.find('</think>', s)) > 0):
         out.append((s, e + len('</think>'), 'think_block'))
     return out
 
 def _marked(raw:str, repairs:list[str]) -> str:
     "`raw` escaped, with the spots of its repairs in `<mark>`."
-    spans = [(m.start(), m.end(), r) for r in repairs if r in _MARKS for m in _MARKS[r].finditer(raw, 0, MAX_MARK)]
+    spans = [(m.start(), m.end(), r) for r in repairs if r in _MARKS
+             for m in _MARKS[r].finditer(raw, 0, MAX_MARK)]
     out, at = [], 0
     for a, b, r in sorted(spans + _around(raw, repairs)):
         if a < at or a == b: continue
-        out += [_esc(raw[at:a]), f'<mark class="reach-repair" title="{_esc(r)}">{_esc(raw[a:b])}</mark>']; at = b
+        out += [_esc(raw[at:a]),
+                f'<mark class="reach-repair" title="{_esc(r)}">{_esc(raw[a:b])}</mark>']
+        at = b
     return ''.join(out) + _esc(raw[at:])
 
 # %% ../../nbs/50_viewer.ipynb #74060227
@@ -291,26 +314,28 @@ def _parsed(s:Step) -> dict:
     return d
 
 def _raw_html(s:Step, n:int) -> str:
-    "Parse level and repairs; the raw reply (repairs marked) beside what was parsed, open when it needed repair."
+    ("Parse level and repairs; the raw reply (repairs marked) beside what was "
+     "parsed, open when it needed repair.")
     repairs = ' · repairs: ' + ' '.join(_badge('repair', r) for r in s.repairs) if s.repairs else ''
     opened = ' open' if s.parse_level in ('repaired', 'failed') else ''
     raw = fold_html(s.raw, n, lambda t: _PRE.format(_marked(t, s.repairs)))
     got = _parsed(s)
     parsed = fold_html(json.dumps(got, ensure_ascii=False, indent=2, default=str), n) if got else \
         '<i>no thought, call or answer on the step</i>'
-    return (f'<div>parsed: <b>{_esc(s.parse_level)}</b>{repairs}</div>'
-            f'<details class="reach-raw-reply"{opened}><summary>raw model output ({len(s.raw):,} characters) beside '
-            f'what was parsed</summary><div class="reach-columns">'
-            f'<div><div class="reach-label">raw reply</div>{raw}</div>'
-            f'<div><div class="reach-label">parsed</div>{parsed}</div></div></details>')
+    return (f'<div>parsed: <b>{_esc(s.parse_level)}</b>{repairs}</div><details '
+            f'class="reach-raw-reply"{opened}><summary>raw model output ({len(s.raw):,} '
+            'characters) beside what was parsed</summary><div class="reach-columns"><div><div '
+            f'class="reach-label">raw reply</div>{raw}</div><div><div '
+            f'class="reach-label">parsed</div>{parsed}</div></div></details>')
 
 # %% ../../nbs/50_viewer.ipynb #ca711133
 def _usage_html(u:Usage) -> str:
     "Tokens (saying when they were estimated here, and how many were reasoning), calls and time."
     est = f' (estimated for {u.estimated_calls} of the model calls)' if u.estimated_calls else ''
     think = f' · reasoning: {u.reasoning_tokens:,}' if u.reasoning_tokens else ''
-    return (f'tokens: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion = {u.total_tokens:,}{est}{think}'
-            f' · model calls: {u.llm_calls} · tool calls: {u.tool_calls} · time: {u.wall_time:.2f} s')
+    return (f'tokens: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion = '
+            f'{u.total_tokens:,}{est}{think} · model calls: {u.llm_calls} · tool calls: '
+            f'{u.tool_calls} · time: {u.wall_time:.2f} s')
 
 # %% ../../nbs/50_viewer.ipynb #1fe9146b
 def _reasoning_html(s:Step, n:int) -> str:
@@ -333,18 +358,22 @@ def step_html(step:Step, # the step to render
               prompt:list[dict]|None=None, # the messages sent for it (default: as the step stored them)
               before:list[dict]|None=None, # the previous step's messages, to mark what is new
               plans:list[PlanMade]|None=None) -> dict[str, str]: # the plans the step wrote, in agents that plan
-    "A step's HTML pieces: reasoning, thought, actions (or answer or plan), conclusion, safeguards, raw, prompt, usage."
-    guards = ''.join(f'<div class="reach-safeguard">{_badge(g.kind)} {_esc(g.detail)}</div>' for g in step.safeguards)
-    return dict(reasoning=_reasoning_html(step, n), thought=_thought_html(step), actions=_actions_html(step, n, plans),
-                conclusion=_conclusion_html(step, n),
+    ("A step's HTML pieces: reasoning, thought, actions (or answer or plan), conclusion, "
+     "safeguards, raw, prompt, usage.")
+    guards = ''.join(f'<div class="reach-safeguard">{_badge(g.kind)} {_esc(g.detail)}</div>'
+                     for g in step.safeguards)
+    return dict(reasoning=_reasoning_html(step, n), thought=_thought_html(step),
+                actions=_actions_html(step, n, plans), conclusion=_conclusion_html(step, n),
                 safeguards=guards or '<span class="reach-muted">no safeguard fired</span>',
-                raw=_raw_html(step, n), prompt=prompt_html(step.prompt if prompt is None else prompt, n, before),
+                raw=_raw_html(step, n),
+                prompt=prompt_html(step.prompt if prompt is None else prompt, n, before),
                 usage=_usage_html(step.usage))
 
 # %% ../../nbs/50_viewer.ipynb #5eb13539
 def run_state(run:Run, # the run
               live:bool=False) -> str: # whether a live viewer is still driving it
-    "Where the run is: 'finished: <stop reason>', 'running' (live) or 'incomplete: …' (a trace cut short)."
+    ("Where the run is: 'finished: <stop reason>', 'running' (live) or "
+     "'incomplete: …' (a trace cut short).")
     if run.status == 'finished': return f'finished: {run.stop_reason}'
     return 'running' if live else 'incomplete: the trace has no run_end (the run was cut short)'
 
@@ -361,38 +390,50 @@ def _answer_html(run:Run, n:int, live:bool=False) -> str:
 def _marks(s:Step) -> list[str]:
     "A step's marks: its safeguards, its failed calls, a repaired or failed parse."
     parse = [f'parse {s.parse_level}'] if s.parse_level in ('repaired', 'failed') else []
-    return [g.kind for g in s.safeguards] + [o.error or 'failed' for o in s.observations if not o.ok] + parse
+    failed = [o.error or 'failed' for o in s.observations if not o.ok]
+    return [g.kind for g in s.safeguards] + failed + parse
 
 def _tone(marks:list[str]) -> str:
-    tones = [_TONE.get(m, {'parse repaired': 'hint', 'parse failed': 'ask'}.get(m, 'fail')) for m in marks]
+    tones = [_TONE.get(m, {'parse repaired': 'hint', 'parse failed': 'ask'}.get(m, 'fail'))
+             for m in marks]
     return max(tones, key=_RANK.index, default='')
 
 def _answer_at(run:Run) -> int|None:
-    "The position (0-based) of the step that gave the run's answer: the last with an answer, else the last step."
-    at = next((k for k in range(len(run.steps) - 1, -1, -1) if run.steps[k].answer is not None), None)
+    ("The position (0-based) of the step that gave the run's answer: the last with "
+     "an answer, else the last step.")
+    at = next((k for k in range(len(run.steps) - 1, -1, -1) if run.steps[k].answer is not None),
+              None)
     return at if at is not None or run.answer is None or not run.steps else len(run.steps) - 1
 
 # %% ../../nbs/50_viewer.ipynb #8af2907c
 def _chip(s:Step, planned:bool=False, answered:bool=False) -> dict:
-    "A step's chip: its label (up to three lines), its classes and its tooltip. It wrote a plan; it gave the answer."
+    ("A step's chip: its label (up to three lines), its classes and its tooltip. It "
+     "wrote a plan; it gave the answer.")
     tools = Counter(c.tool for c in s.actions)
     answered = answered or s.answer is not None
     names = [f'{t} ×{k}' if k > 1 else t for t, k in tools.items()]
-    what = 'answer' if answered else ', '.join(names) if len(names) < 3 else f'{names[0]} +{len(names) - 1} more'
+    what = ('answer' if answered else ', '.join(names) if len(names) < 3
+            else f'{names[0]} +{len(names) - 1} more')
     what = (what or ('plan' if planned else 'no action'))[:48] + (f' [{s.task}]' if s.task else '')
     marks, u = _marks(s), s.usage
     lines = [f'{s.index} · {what}', f'{u.total_tokens:,} tok · {u.wall_time:.2f} s']
-    if marks: lines.append('⚠ ' + ', '.join(f'{m} ×{k}' if k > 1 else m for m, k in Counter(marks).items()))
+    if marks: lines.append('⚠ ' + ', '.join(f'{m} ×{k}' if k > 1 else m
+                                            for m, k in Counter(marks).items()))
     tip = [f'step {s.index}: {what}', *(f'{g.kind}: {g.detail[:200]}' for g in s.safeguards),
-           f'parsed {s.parse_level}' + (f' ({", ".join(s.repairs)})' if s.repairs else ''), _usage_html(u)]
-    classes = ['reach-chip'] + ([f'reach-tone-{_tone(marks)}'] if marks else []) + ['reach-chip-answer'] * answered
+           f'parsed {s.parse_level}' + (f' ({", ".join(s.repairs)})' if s.repairs else ''),
+           _usage_html(u)]
+    tone = [f'reach-tone-{_tone(marks)}'] if marks else []
+    classes = ['reach-chip'] + tone + ['reach-chip-answer'] * answered
     return dict(label='\n'.join(lines), classes=classes, tooltip='\n'.join(tip))
 
 # %% ../../nbs/50_viewer.ipynb #9585b50c
 def strip_html(run:Run, # the run
                current:int|None=None) -> str: # the position (0-based) of the step to mark as current
-    "One chip per step, as HTML (each a link to `#reach-step-<index>`): the run at a glance for a static page."
-    chips, planned, at = [], {p.index for p in run.plans}, _answer_at(run)
+    ("One chip per step, as HTML (each a link to `#reach-step-<index>`): the run "
+     "at a glance for a static page.")
+    chips = []
+    planned = {p.index for p in run.plans}
+    at = _answer_at(run)
     for k, s in enumerate(run.steps):
         c = _chip(s, s.index in planned, k == at)
         cls = ' '.join(c['classes'] + ['reach-chip-current'] * (k == current))
@@ -405,43 +446,50 @@ def _bars(cols:list[list[tuple[str, float]]], tips:list[str], top:float, current
     "A row of columns, each a stack of (class, value) bars scaled to `top`."
     out = []
     for k, (stack, tip) in enumerate(zip(cols, tips)):
-        bars = ''.join(f'<div class="reach-bar-{c}" style="height:{100 * v / top:.1f}%"></div>' for c, v in stack if v)
+        bars = ''.join(f'<div class="reach-bar-{c}" style="height:{100 * v / top:.1f}%"></div>'
+                       for c, v in stack if v)
         mark = ' reach-col-current' if k == current else ''
         out.append(f'<div class="reach-col{mark}" title="{_esc(tip)}">{bars}</div>')
     return f'<div class="reach-bars">{"".join(out)}</div>'
 
-def _swatch(c:str, label:str) -> str: return f'<span class="reach-swatch reach-swatch-{c}"></span>{label}'
+def _swatch(c:str, label:str) -> str:
+    return f'<span class="reach-swatch reach-swatch-{c}"></span>{label}'
 
 # %% ../../nbs/50_viewer.ipynb #77e2eeaf
 def chart_html(run:Run, # the run
                current:int|None=None) -> str: # the position (0-based) of the step to mark
-    "Bars of prompt and completion tokens, and of time, per step: where the run spent its tokens and time."
+    ("Bars of prompt and completion tokens, and of time, per step: where the "
+     "run spent its tokens and time.")
     if not run.steps: return '<i>no steps yet</i>'
     us = [s.usage for s in run.steps]
-    tips = [f'step {s.index}: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens, '
-            f'{u.wall_time:.2f} s' for s, u in zip(run.steps, us)]
+    tips = [f'step {s.index}: {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion '
+            f'tokens, {u.wall_time:.2f} s' for s, u in zip(run.steps, us)]
     tok, sec = max(u.total_tokens for u in us) or 1, max(u.wall_time for u in us) or 1
     ticks = ''.join(f'<span>{s.index}</span>' for s in run.steps)
     ticks = f'<div class="reach-ticks">{ticks}</div>' if len(us) <= 40 else ''
-    return (f'<div class="reach-chart"><div>tokens per step (most: {tok:,}):{_swatch("prompt", "prompt")}'
-            f'{_swatch("completion", "completion")}</div>'
-            + _bars([[('completion', u.completion_tokens), ('prompt', u.prompt_tokens)] for u in us], tips, tok,
-                    current)
-            + f'<div style="margin-top:4px">time per step (most: {sec:.2f} s):{_swatch("time", "time")}</div>'
+    return ('<div class="reach-chart"><div>tokens per step (most: '
+            f'{tok:,}):{_swatch("prompt", "prompt")}{_swatch("completion", "completion")}</div>'
+            + _bars([[('completion', u.completion_tokens), ('prompt', u.prompt_tokens)]
+                     for u in us], tips, tok, current)
+            + f'<div style="margin-top:4px">time per step (most: {sec:.2f} '
+              f's):{_swatch("time", "time")}</div>'
             + _bars([[('time', u.wall_time)] for u in us], tips, sec, current) + ticks + '</div>')
 
 # %% ../../nbs/50_viewer.ipynb #542e88db
 def task_spans(run:Run) -> list[dict]:
-    "Each task that ran or was skipped: task, step index, group, start and end (seconds since the run began), ok."
+    ("Each task that ran or was skipped: task, step index, group, start and end "
+     "(seconds since the run began), ok.")
     spans, open_ = [], {}
     for e in run.extra:
         if isinstance(e, TaskStart):
-            open_[e.task] = dict(task=e.task, index=e.index, group=e.group, start=e.at, end=None, ok=None)
+            open_[e.task] = dict(task=e.task, index=e.index, group=e.group, start=e.at, end=None,
+                                 ok=None)
             spans.append(open_[e.task])
         elif isinstance(e, TaskEnd):
             sp = open_.pop(e.task, None)
             if sp is None:  # never started: skipped because a task it needs failed
-                spans.append(sp := dict(task=e.task, index=e.index, group=None, start=e.at, end=e.at, ok=None))
+                spans.append(sp := dict(task=e.task, index=e.index, group=None, start=e.at,
+                                        end=e.at, ok=None))
             sp.update(end=e.at, ok=e.ok, skipped=sp['group'] is None and not e.ok)
     return spans
 
@@ -459,20 +507,24 @@ def _outcome(sp:dict|None) -> str:
 
 # %% ../../nbs/50_viewer.ipynb #103c097b
 def _plan_table(p:PlanMade, ran:dict|None=None) -> str:
-    "One plan as a table: each task's goal (if any has one), call and the tasks it needs; given `ran`, how it went."
+    ("One plan as a table: each task's goal (if any has one), call and the tasks it "
+     "needs; given `ran`, how it went.")
     cols = {'task': lambda t: f'<b>{_esc(t.id)}</b>', 'goal': lambda t: _esc(t.goal),
-            'call': lambda t: f'<code>{_call_text(t.call)}</code>', 'needs': lambda t: _esc(', '.join(t.deps)) or '—',
+            'call': lambda t: f'<code>{_call_text(t.call)}</code>',
+            'needs': lambda t: _esc(', '.join(t.deps)) or '—',
             'ran': lambda t: _outcome(ran.get(t.id))}
     if not any(t.goal for t in p.tasks): del cols['goal']
     if ran is None: del cols['ran']
     head = ''.join(f'<th>{c}</th>' for c in cols)
-    rows = ''.join('<tr>' + ''.join(f'<td>{f(t)}</td>' for f in cols.values()) + '</tr>' for t in p.tasks)
+    rows = ''.join('<tr>' + ''.join(f'<td>{f(t)}</td>' for f in cols.values()) + '</tr>'
+                   for t in p.tasks)
     note = f': {_esc(p.note)}' if p.note else ''
     return (f'<div><b>plan {p.version}</b> (step {p.index}){note}</div>'
             f'<table class="reach-table"><tr>{head}</tr>{rows}</table>')
 
 def plan_html(run:Run) -> str:
-    "Each plan of the run: its tasks with their goals, calls, the tasks they need, and how they went."
+    ("Each plan of the run: its tasks with their goals, calls, the tasks "
+     "they need, and how they went.")
     spans, out = task_spans(run), []
     for p in run.plans:
         later = [q.index for q in run.plans if q.index > p.index]
@@ -482,7 +534,8 @@ def plan_html(run:Run) -> str:
 
 # %% ../../nbs/50_viewer.ipynb #46cbfbe8
 def timeline_html(run:Run) -> str:
-    "The tasks on a time line: a bar per task from its start to its end; tasks that ran at once overlap."
+    ("The tasks on a time line: a bar per task from its start to its end; "
+     "tasks that ran at once overlap.")
     spans = [sp for sp in task_spans(run) if not sp.get('skipped')]
     if not spans: return ''
     t0 = min(sp['start'] for sp in spans)
@@ -493,11 +546,13 @@ def timeline_html(run:Run) -> str:
         end, tone = sp['end'] if sp['end'] is not None else t1, 'ok' if sp['ok'] is not False else 'fail'
         left, w = 100 * (sp['start'] - t0) / width, max(100 * (end - sp['start']) / width, 0.5)
         tip = f'{sp["task"]}: group {sp["group"]}, {sp["start"]:.2f}–{end:.2f} s'
-        rows.append(f'<div class="reach-tl-row" title="{_esc(tip)}"><span class="reach-tl-name">{_esc(sp["task"])} '
-                    f'<span class="reach-muted">g{sp["group"]}</span></span><span class="reach-lane"><span '
-                    f'class="reach-span reach-tone-{tone}" style="left:{left:.1f}%;width:{w:.1f}%"></span></span>'
-                    '</div>')
-    return f'<div class="reach-timeline"><div>tasks over time ({t1 - t0:.2f} s):</div>{"".join(rows)}</div>'
+        rows.append(f'<div class="reach-tl-row" title="{_esc(tip)}"><span '
+                    f'class="reach-tl-name">{_esc(sp["task"])} <span '
+                    f'class="reach-muted">g{sp["group"]}</span></span><span '
+                    f'class="reach-lane"><span class="reach-span reach-tone-{tone}" '
+                    f'style="left:{left:.1f}%;width:{w:.1f}%"></span></span></div>')
+    return (f'<div class="reach-timeline"><div>tasks over time ({t1 - t0:.2f} '
+            f's):</div>{"".join(rows)}</div>')
 
 # %% ../../nbs/50_viewer.ipynb #1b9a851c
 def _intro_html(run:Run) -> str:
@@ -511,8 +566,8 @@ def _totals_html(run:Run, live:bool) -> str:
     u, kinds = _usage_so_far(run), Counter(g.kind for s in run.steps for g in s.safeguards)
     return (f'<b>{_esc(run_state(run, live).split(":")[0])}</b>'
             + (f' (stop reason: {_esc(run.stop_reason)})' if run.stop_reason else '')
-            + f' · {len(run.steps)} steps · {u.llm_calls} model calls · {u.total_tokens:,} tokens · '
-            f'{u.tool_calls} tool calls · {u.wall_time:.2f} s · safeguards: '
+            + f' · {len(run.steps)} steps · {u.llm_calls} model calls · {u.total_tokens:,} tokens '
+              f'· {u.tool_calls} tool calls · {u.wall_time:.2f} s · safeguards: '
             + (', '.join(f'{_badge(k)} ×{v}' for k, v in kinds.items()) or 'none'))
 
 # %% ../../nbs/50_viewer.ipynb #a1b92056
@@ -520,20 +575,23 @@ def run_html(run:Run, # the run to summarise
              n:int=600, # about how many characters of a long answer show before it is folded
              live:bool=False, # a live viewer is still driving it (else a run without run_end is incomplete)
              hide_answer:bool=False) -> dict[str, str]: # keep the answer behind a click
-    "The HTML pieces of a whole run: intro, answer, totals, and the overview: strip, chart, plan and timeline."
+    ("The HTML pieces of a whole run: intro, answer, totals, and the overview: "
+     "strip, chart, plan and timeline.")
     answer = _answer_html(run, n, live)
     if hide_answer and run.answer is not None:
-        answer = ('<details class="reach-hidden-answer"><summary>the final answer is hidden until its step: '
-                  f'click to see it now</summary>{answer}</details>')
-    return dict(intro=_intro_html(run), answer=answer, totals=_totals_html(run, live), strip=strip_html(run),
-                chart=chart_html(run), plan=plan_html(run) + timeline_html(run))
+        answer = ('<details class="reach-hidden-answer"><summary>the final answer is hidden until '
+                  f'its step: click to see it now</summary>{answer}</details>')
+    return dict(intro=_intro_html(run), answer=answer, totals=_totals_html(run, live),
+                strip=strip_html(run), chart=chart_html(run),
+                plan=plan_html(run) + timeline_html(run))
 
 # %% ../../nbs/50_viewer.ipynb #30924193
 def _as_run(source) -> Run:
     "A `Run` from a `Run`, a path to a JSON-lines trace, or a list of events (objects or dicts)."
     if isinstance(source, Run): return source
     if isinstance(source, (str, Path)): return Run.load(source)
-    if isinstance(source, Iterable) and not isinstance(source, (dict, bytes)): return Run.from_events(source)
+    if isinstance(source, Iterable) and not isinstance(source, (dict, bytes)):
+        return Run.from_events(source)
     raise TypeError(f"RunViewer shows a Run, a path to a JSON-lines trace or a list of events; "
                     f"got {type(source).__name__}.")
 
@@ -541,7 +599,8 @@ def _with_class(w, cls:str):
     w.add_class(cls); return w
 
 def _button(d:str, icon:str, tip:str='') -> W.Button:
-    b = W.Button(description=d, icon=icon, tooltip=tip or d, layout=W.Layout(width='auto', min_width='36px'))
+    b = W.Button(description=d, icon=icon, tooltip=tip or d,
+                 layout=W.Layout(width='auto', min_width='36px'))
     return _with_class(b, f'reach-{d.lower().replace(" ", "-")}')
 
 def _row(children:list, cls:str) -> W.Box:
@@ -550,26 +609,41 @@ def _row(children:list, cls:str) -> W.Box:
     return _with_class(_with_class(box, 'reach-row'), cls)
 
 # %% ../../nbs/50_viewer.ipynb #29eea3c4
-_STEP_PARTS = ('reasoning', 'thought', 'actions', 'conclusion', 'safeguards', 'raw', 'usage')  # all but the prompt
+# all but the prompt
+_STEP_PARTS = ('reasoning', 'thought', 'actions', 'conclusion', 'safeguards', 'raw', 'usage')
 _PARTS = ('style', 'header', 'status', 'matches', 'answer', 'totals', 'chart', 'plan', 'stream')
 _NAV = {'first': ('step-backward', 'first step'), 'prev': ('chevron-left', 'previous step'),
         'next': ('chevron-right', 'next step'), 'last': ('step-forward', 'last step'),
-        'Step': ('play-circle', 'run the next model call'), 'Stop': ('stop', 'stop the run at the next safe point'),
+        'Step': ('play-circle', 'run the next model call'),
+        'Stop': ('stop', 'stop the run at the next safe point'),
         'prev match': ('arrow-up', 'previous step that matches'),
         'next match': ('arrow-down', 'next step that matches')}
 
 # %% ../../nbs/50_viewer.ipynb #277cf327
 class RunViewer(W.VBox):
-    "Step through a run: the run at a glance, the current step in full, and the answer and totals of the run."
+    ("Step through a run: the run at a glance, the current step in full, and the "
+     "answer and totals of the run.")
     def __init__(self, source, # a `Run`, a path to a JSON-lines trace, or a list of events
                  fold:int=600, # about how many characters of a long text show before it is folded
                  hide_answer:bool=False): # teaching: keep the run's answer hidden until its step
         super().__init__()
-        self.run, self.fold, self.hide_answer, self.error = _as_run(source), fold, hide_answer, None
-        self.events, self.live_mode, self._gen, self._cm, self.agent = [], False, None, None, None
-        self._panels, self.chips, self.matches, self._texts = {}, [], [], []
-        self._lock, self._busy, self._stop_asked, self._stopped_after = threading.Lock(), False, False, None
-        self._phase, self._t0, self._streamed, self._worker = '', 0.0, '', None
+        self.run = _as_run(source)
+        self.fold = fold
+        self.hide_answer = hide_answer
+        self.error = None
+        self.events = []
+        self.live_mode = False
+        self._gen = self._cm = self.agent = None
+        self._panels = {}
+        self.chips = []
+        self.matches = []
+        self._texts = []
+        self._lock = threading.Lock()
+        self._busy = self._stop_asked = False
+        self._stopped_after = None
+        self._phase = self._streamed = ''
+        self._t0 = 0.0
+        self._worker = None
         self._controls()
         self._wire()
         self.children = self._layout()
@@ -580,14 +654,18 @@ class RunViewer(W.VBox):
 @patch
 def to_html(self:RunViewer, path, # the file to write
             prompts:bool=True) -> Path: # include each step's prompt (folded)
-    "Write the viewer's run as one self-contained HTML page (`share.run_to_html`); returns the path."
-    from reach_nb.viewer.share import run_to_html  # written after the viewer, on it; the method is here whatever was imported
+    ("Write the viewer's run as one self-contained HTML page "
+     "(`share.run_to_html`); returns the path.")
+    # written after the viewer, on it; the method is here whatever was imported
+    from reach_nb.viewer.share import run_to_html
     return run_to_html(self.run, path, getattr(self, 'fold', 600), prompts)
 
 @patch
 def _repr_mimebundle_(self:RunViewer, **kw):
-    "The live widget, and the whole run as static HTML (`share.run_static_html`) for where there is no kernel."
-    from reach_nb.viewer.share import with_static, run_static_html  # written after the viewer, on it
+    ("The live widget, and the whole run as static HTML (`share.run_static_html`) "
+     "for where there is no kernel.")
+    # written after the viewer, on it
+    from reach_nb.viewer.share import with_static, run_static_html
     return with_static(self, run_static_html(self.run, getattr(self, 'fold', 600)), **kw)
 
 @patch
@@ -600,20 +678,25 @@ def fork_panel(self:RunViewer, agent, # the agent that carries forks on (same to
 # %% ../../nbs/50_viewer.ipynb #4b82404d
 @patch
 def _controls(self:RunViewer):
-    "The viewer's widgets: buttons, boxes, slider, play, speed, search, raw toggle, strip and overview."
+    ("The viewer's widgets: buttons, boxes, slider, play, speed, search, "
+     "raw toggle, strip and overview.")
     self.buttons = {d: _button(d, i, tip) for d, (i, tip) in _NAV.items()}
     self.html = {k: _with_class(W.HTML(), 'reach-' + k.replace('_', '-')) for k in _PARTS}
     self.html['style'].value, self.html['style'].layout.display = VIEWER_CSS, 'none'
     grow = W.Layout(flex='1 1 280px', min_width='220px', width='auto')
-    self.slider = _with_class(W.IntSlider(value=1, min=1, max=1, description='step', layout=grow), 'reach-slider')
+    self.slider = _with_class(W.IntSlider(value=1, min=1, max=1, description='step', layout=grow),
+                              'reach-slider')
     self.slider.style.description_width = 'initial'
     self.play = _with_class(W.Play(value=1, min=1, max=1, interval=1000), 'reach-play')
-    speed = W.FloatSlider(value=1, min=0.25, max=4, step=0.25, description='steps/s', layout=W.Layout(width='220px'))
+    speed = W.FloatSlider(value=1, min=0.25, max=4, step=0.25, description='steps/s',
+                          layout=W.Layout(width='220px'))
     self.speed, self.speed.style.description_width = _with_class(speed, 'reach-speed'), 'initial'
     search = W.Text(placeholder='search the steps', layout=W.Layout(flex='1 1 200px', width='auto'))
     self.search = _with_class(search, 'reach-search')
-    self.raw = _with_class(W.ToggleButton(description='raw text', icon='code', layout=W.Layout(width='auto'),
-                                          tooltip='show Markdown as written instead of rendered'), 'reach-raw-toggle')
+    self.raw = _with_class(W.ToggleButton(description='raw text', icon='code',
+                                          layout=W.Layout(width='auto'),
+                                          tooltip='show Markdown as written instead of rendered'),
+                           'reach-raw-toggle')
     self.strip = _with_class(W.Box(layout=W.Layout(flex_flow='row wrap')), 'reach-strip')
     self.overview = _with_class(W.Accordion(selected_index=None), 'reach-overview')
     self.step_box = _with_class(W.VBox(), 'reach-steps')
@@ -625,24 +708,32 @@ def _controls(self:RunViewer):
 def _wire(self:RunViewer):
     W.link((self.play, 'value'), (self.slider, 'value'))
     W.dlink((self.speed, 'value'), (self.play, 'interval'), transform=lambda v: int(1000 / v))
-    acts = dict(first='first', prev='prev', next='next', last='last', Step='_click_step', Stop='stop')
+    acts = dict(first='first', prev='prev', next='next', last='last', Step='_click_step',
+                Stop='stop')
     acts |= {'prev match': 'prev_match', 'next match': 'next_match'}
     for d, m in acts.items():
-        self.buttons[d].on_click(lambda _, m=m: getattr(self, m)())  # looked up on click: methods are added below
+        # looked up on click: methods are added below
+        self.buttons[d].on_click(lambda _, m=m: getattr(self, m)())
     self.slider.observe(lambda _: self._render(), 'value')
-    self.play.observe(lambda c: c.new >= self.play.max and setattr(self.play, 'playing', False), 'value')  # at the end
+    # at the end
+    self.play.observe(lambda c: c.new >= self.play.max and setattr(self.play, 'playing', False),
+                      'value')
     self.search.observe(lambda _: self._find(), 'value')
-    self.raw.observe(lambda c: (self.add_class if c.new else self.remove_class)('reach-show-raw'), 'value')
+    self.raw.observe(lambda c: (self.add_class if c.new else self.remove_class)('reach-show-raw'),
+                     'value')
 
 @patch
 def _layout(self:RunViewer) -> list:
     b, h = self.buttons, self.html
-    nav = _row([b['first'], b['prev'], b['next'], b['last'], self.slider, self.play, self.speed], 'reach-nav')
-    tools = _row([self.search, b['prev match'], b['next match'], h['matches'], self.raw], 'reach-tools')
+    nav = _row([b['first'], b['prev'], b['next'], b['last'], self.slider, self.play, self.speed],
+               'reach-nav')
+    tools = _row([self.search, b['prev match'], b['next match'], h['matches'], self.raw],
+                 'reach-tools')
     live = _row([b['Step'], b['Stop'], h['status']], 'reach-live')
     line = W.Layout(border_top='1px solid var(--jp-border-color1)')
     footer = _with_class(W.VBox([h['answer'], h['totals']], layout=line), 'reach-footer')
-    return [h['style'], h['header'], nav, tools, live, self.strip, self.overview, self.step_box, h['stream'], footer]
+    return [h['style'], h['header'], nav, tools, live, self.strip, self.overview, self.step_box,
+            h['stream'], footer]
 
 # %% ../../nbs/50_viewer.ipynb #b0f5bb81
 @patch(as_prop=True)
@@ -674,13 +765,15 @@ def _status(self:RunViewer) -> str:
         wait = ' · Stop pressed: the run stops when this step ends' if self._stop_asked else ''
         return f'{self._phase}… {int(time.monotonic() - self._t0)} s{wait}'
     if self._stopped_after is not None:
-        return f'finished: stopped (you pressed Stop after step {self._stopped_after}; no further model call was made)'
+        return (f'finished: stopped (you pressed Stop after step {self._stopped_after}; no '
+                'further model call was made)')
     return run_state(self.run, live=self._gen is not None)
 
 @patch
 def __repr__(self:RunViewer):
     n = len(self.run.steps)
-    return f"RunViewer({n} steps, {f'at step {self.index + 1}' if n else 'no steps yet'}, {self._status()})"
+    return (f"RunViewer({n} steps, "
+            f"{f'at step {self.index + 1}' if n else 'no steps yet'}, {self._status()})")
 
 # %% ../../nbs/50_viewer.ipynb #44aca469
 @patch
@@ -692,7 +785,8 @@ def _prompt(self:RunViewer, i:int) -> list[dict]:
 
 @patch
 def _panel(self:RunViewer, i:int) -> tuple:
-    "Step `i`'s box, its part boxes and its prompt accordion: made the first time it is shown, then kept."
+    ("Step `i`'s box, its part boxes and its prompt accordion: made the first "
+     "time it is shown, then kept.")
     if i in self._panels: return self._panels[i]
     sent = self._prompt(i)
     before = self._prompt(i - 1) if i else None
@@ -702,8 +796,10 @@ def _panel(self:RunViewer, i:int) -> tuple:
     for k in ('reasoning', 'conclusion'): boxes[k].layout.display = None if p[k] else 'none'
     boxes['prompt_messages'] = _with_class(W.HTML(p['prompt']), 'reach-prompt-messages')
     new = len(sent) - (_same_start(before, sent) if before else 0)
-    title = f'prompt: the {len(sent)} messages sent for this step' + (f' ({new} new)' if before is not None else '')
-    acc = _with_class(W.Accordion([boxes['prompt_messages']], titles=(title,), selected_index=None), 'reach-prompt')
+    title = (f'prompt: the {len(sent)} messages sent for this step'
+             + (f' ({new} new)' if before is not None else ''))
+    acc = _with_class(W.Accordion([boxes['prompt_messages']], titles=(title,), selected_index=None),
+                      'reach-prompt')
     order = ('reasoning', 'thought', 'actions', 'conclusion', 'safeguards', 'raw')
     box = _with_class(W.VBox([boxes[k] for k in order] + [acc, boxes['usage']]), 'reach-step-panel')
     self._panels[i] = (box, boxes, acc)
@@ -714,14 +810,18 @@ def _panel(self:RunViewer, i:int) -> tuple:
 @patch
 def _render(self:RunViewer):
     "Show the current step, mark its chip, and fill the header, answer, totals and buttons."
-    s, n, h, i = self.step, len(self.run.steps), self.html, self.index
+    s = self.step
+    n = len(self.run.steps)
+    h = self.html
+    i = self.index
     if s:
         box, boxes, self.prompt = self._panel(i)
         for j, (b, _, _) in self._panels.items(): b.layout.display = None if j == i else 'none'
         h.update(boxes)
     r = run_html(self.run, self.fold, live=self._gen is not None)
     marks = ' '.join(_badge(g.kind) for g in s.safeguards) if s else ''
-    h['header'].value = (f'<b>step {i + 1} of {n}</b> {marks}' if s else '<b>no steps yet</b>') + r['intro']
+    h['header'].value = (f'<b>step {i + 1} of {n}</b> {marks}' if s
+                         else '<b>no steps yet</b>') + r['intro']
     h['answer'].value, h['totals'].value = self._answer(r['answer']), r['totals']
     h['chart'].value = chart_html(self.run, i)
     self._mark_chips()
@@ -734,11 +834,13 @@ def _answer(self:RunViewer, answer:str) -> str:
     at = _answer_at(self.run)
     if not (self.hide_answer and at is not None and self.index < at): return answer
     n = len(self.run.steps)
-    return f'<i>The final answer is hidden until its step (step {at + 1} of {n}): step through the run.</i>'
+    return (f'<i>The final answer is hidden until its step (step {at + 1} of '
+            f'{n}): step through the run.</i>')
 
 @patch
 def _render_buttons(self:RunViewer):
-    "Navigation at the ends disabled; Step and Stop shown in live mode, Step disabled while a step runs."
+    ("Navigation at the ends disabled; Step and Stop shown in live mode, "
+     "Step disabled while a step runs.")
     n = len(self.run.steps)
     for d in ('first', 'prev'): self.buttons[d].disabled = self.index == 0
     for d in ('next', 'last'): self.buttons[d].disabled = self.index >= n - 1
@@ -763,8 +865,8 @@ def _refresh(self:RunViewer):
     if len(self.strip.children) != n: self.strip.children = tuple(self.chips)
     self._texts = [_step_text(s) for s in self.run.steps]
     self.html['plan'].value = plan_html(self.run) + timeline_html(self.run)
-    parts = [('tokens and time per step', self.html['chart'])] + [('plan and timeline', self.html['plan'])] * bool(
-        self.html['plan'].value)
+    parts = [('tokens and time per step', self.html['chart'])]
+    parts += [('plan and timeline', self.html['plan'])] * bool(self.html['plan'].value)
     if len(self.overview.children) != len(parts):
         first = not self.overview.children
         self.overview.children, self.overview.titles = [w for _, w in parts], tuple(t for t, _ in parts)
@@ -795,14 +897,16 @@ def _find(self:RunViewer):
 
 @patch
 def _mark_chips(self:RunViewer):
-    "The current step's chip and the matching chips marked; the match line says where you are among them."
+    ("The current step's chip and the matching chips marked; the match line "
+     "says where you are among them.")
     for k, b in enumerate(self.chips):
-        for cls, on in (('reach-chip-current', k == self.index), ('reach-chip-match', k in self.matches)):
+        for cls, on in (('reach-chip-current', k == self.index),
+                        ('reach-chip-match', k in self.matches)):
             if on != (cls in b._dom_classes): (b.add_class if on else b.remove_class)(cls)
     m, q = self.matches, self.search.value.strip()
     where = f' · this is match {m.index(self.index) + 1}' if self.index in m else ''
-    self.html['matches'].value = (f'{len(m)} step{"s" * (len(m) != 1)} match{"es" * (len(m) == 1)}{where}' if m
-                                  else 'no step matches' if q else '')
+    said = f'{len(m)} step{"s" * (len(m) != 1)} match{"es" * (len(m) == 1)}{where}'
+    self.html['matches'].value = said if m else 'no step matches' if q else ''
 
 # %% ../../nbs/50_viewer.ipynb #15e98600
 @patch
@@ -818,12 +922,13 @@ def prev_match(self:RunViewer) -> RunViewer:
 
 # %% ../../nbs/50_viewer.ipynb #8ac7b3fe
 def _agent_of(source) -> tuple:
-    "(agent, context manager to leave or None) from an agent, a context manager, or a function making either."
+    ("(agent, context manager to leave or None) from an agent, a context manager, "
+     "or a function making either.")
     if hasattr(source, 'stream'): return source, None
     if hasattr(source, '__enter__'): return source.__enter__(), source
     if callable(source): return _agent_of(source())
-    raise TypeError(f"RunViewer.live needs an agent (with .stream), a context manager giving one, or a function "
-                    f"making either; got {type(source).__name__}.")
+    raise TypeError("RunViewer.live needs an agent (with .stream), a context manager giving one, "
+                    f"or a function making either; got {type(source).__name__}.")
 
 @patch
 def _release(self:RunViewer):
@@ -833,7 +938,8 @@ def _release(self:RunViewer):
 
 # %% ../../nbs/50_viewer.ipynb #e65b264b
 @patch(cls_method=True)
-def live(cls:RunViewer, agent, # an agent (`.stream(question)` yields events), a context manager giving one, or a maker
+def live(cls:RunViewer,
+         agent, # an agent (`.stream(question)` yields events), a context manager giving one, or a maker
          question:str, # the question to run
          stream_tokens:bool|None=None, # show the model's text as it writes it (sets the agent's `stream_tokens`)
          **kw) -> RunViewer: # passed to `RunViewer`
@@ -847,14 +953,19 @@ def live(cls:RunViewer, agent, # an agent (`.stream(question)` yields events), a
         if cm is not None: cm.__exit__(None, None, None)
         raise
     v = cls([start], **kw)
-    v.events, v._gen, v.live_mode, v._cm, v.agent = [start], gen, True, cm, agent
+    v.events = [start]
+    v._gen = gen
+    v.live_mode = True
+    v._cm = cm
+    v.agent = agent
     v._render()
     return v
 
 # %% ../../nbs/50_viewer.ipynb #f07a9b6d
 @patch
 def _note(self:RunViewer, e):
-    "What the running step is doing, from the event just read; streamed text shown as it comes (every 0.2 s)."
+    ("What the running step is doing, from the event just read; streamed text "
+     "shown as it comes (every 0.2 s).")
     if isinstance(e, StepStart): self._phase, self._streamed = 'calling the model', ''
     elif isinstance(e, TokenDelta):
         self._streamed += e.text
@@ -867,7 +978,8 @@ def _note(self:RunViewer, e):
 
 @patch
 def _show_stream(self:RunViewer):
-    self._shown_at, box, text = time.monotonic(), self.html['stream'], self._streamed
+    self._shown_at = time.monotonic()
+    box, text = self.html['stream'], self._streamed
     box.value = f'<div class="reach-label">the model is writing…</div>{_pre(text[-4000:])}' if text else ''
     box.layout.display = None if text else 'none'
 
@@ -888,9 +1000,12 @@ def _tick(self:RunViewer, done:threading.Event):
 
 @patch
 def _advance(self:RunViewer) -> Step|None:
-    "Run one step (the caller holds the lock): pull to its end and on to the next start; show it; end if asked."
+    ("Run one step (the caller holds the lock): pull to its end and on to the next "
+     "start; show it; end if asked.")
     n, done = len(self.run.steps), threading.Event()
-    self._busy, self._t0, self._phase = True, time.monotonic(), 'calling the model'
+    self._busy = True
+    self._t0 = time.monotonic()
+    self._phase = 'calling the model'
     self._render_buttons()
     ticker = threading.Thread(target=self._tick, args=(done,), daemon=True); ticker.start()
     try:
@@ -909,15 +1024,19 @@ def _advance(self:RunViewer) -> Step|None:
 # %% ../../nbs/50_viewer.ipynb #22701dcd
 @patch
 def advance(self:RunViewer) -> Step|None:
-    "Live: run the agent through its next model call; show and return the new step (None once finished)."
+    ("Live: run the agent through its next model call; show and return the "
+     "new step (None once finished).")
     with self._lock:
         return None if self._gen is None else self._advance()
 
 @patch
 def _click_step(self:RunViewer):
-    "The Step button: run the next step in the background, so the page stays live; a click while one runs is ignored."
+    ("The Step button: run the next step in the background, so the page stays live; a "
+     "click while one runs is ignored.")
     if self._gen is None or not self._lock.acquire(blocking=False): return
-    self._busy, self._t0, self._phase = True, time.monotonic(), 'calling the model'
+    self._busy = True
+    self._t0 = time.monotonic()
+    self._phase = 'calling the model'
     self._render_buttons()  # Step greyed out at once
     def work():
         try: self._advance()
@@ -941,7 +1060,8 @@ def _end_here(self:RunViewer):
 
 @patch
 def stop(self:RunViewer) -> RunViewer:
-    "Live: stop the run at the next safe point — now, or when the running step ends — and let go of the agent."
+    ("Live: stop the run at the next safe point — now, or when the running step "
+     "ends — and let go of the agent.")
     if self._gen is None: return self
     if self._busy:
         self._stop_asked = True; self._render_buttons(); return self
@@ -952,5 +1072,9 @@ def stop(self:RunViewer) -> RunViewer:
 @patch
 def close(self:RunViewer):
     "Stop a live run, let go of the agent's resources, and close the widget."
-    if getattr(self, '_lock', None) is not None: self.stop(); self.wait(); self._release()  # (also called on deletion)
+    # (also called on deletion)
+    if getattr(self, '_lock', None) is not None:
+        self.stop()
+        self.wait()
+        self._release()
     W.VBox.close(self)
