@@ -11,9 +11,8 @@ from typing import Iterable, get_args
 import ipywidgets as W
 from fastcore.basics import patch
 from markdown_it import MarkdownIt
-from ..core import (ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step,
-                           StepEnd, StepStart, TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart,
-                           Usage, valid_text)
+from ..core import ModelOutput, Observation, PlanMade, Run, RunEnd, SafeguardKind, Step, StepEnd
+from ..core import StepStart, TaskEnd, TaskStart, TokenDelta, ToolCall, ToolStart, Usage, valid_text
 
 # %% auto #0
 __all__ = ['VIEWER_CSS', 'MAX_MARKDOWN', 'MAX_MARK', 'fold_html', 'looks_markdown', 'markdown_html', 'text_html', 'prompt_html',
