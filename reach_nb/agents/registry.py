@@ -40,6 +40,8 @@ def make_agent(name:str, # one of `AGENTS`
         return pipelines.PipelineAgent(llm, tools, pipeline or example_pipeline(), **kw)
     if name == 'chat': return router.ChatAgent(llm, **kw)
     if name == 'router':
-        return router.RouterAgent({a: make_agent(a, llm, tools, note) for a in router.AGENT_ROLES},
-                                  llm=llm, **kw)
+        # the agents it picks from run with the router's safeguard switches (chat calls no tools, parses no JSON)
+        shared = {'safeguards': kw['safeguards']} if 'safeguards' in kw else {}
+        picks = {a: make_agent(a, llm, tools, note, **({} if a == 'chat' else shared)) for a in router.AGENT_ROLES}
+        return router.RouterAgent(picks, llm=llm, **kw)
     raise UserError(f"unknown agent {name!r}", 'the agent name', f"use one of {', '.join(AGENTS)}")
