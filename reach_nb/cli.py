@@ -267,7 +267,7 @@ def _question(text:str|None, file:Path|None) -> str:
     return text.strip()
 
 # %% ../nbs/99_cli.ipynb #fe302a3f
-_ARG_OF = {'scripted': 'FILE.json', 'replay': 'FILE.jsonl', 'openai': 'NAME'}
+_ARG_OF = {'scripted': 'FILE.json', 'replay': 'FILE.jsonl', 'openai': 'NAME', 'local': 'NAME'}
 _NO_MODEL_TODO = ("set REACH_API_KEY (or OPENAI_API_KEY) for a hosted model, or REACH_BASE_URL for "
                   "a local server; or try it offline with --model sim-analyst")
 

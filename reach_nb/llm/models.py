@@ -883,6 +883,13 @@ def _openai(arg:str, settings=None) -> OpenAIChat:
 
 register_model('openai', _openai)
 
+def _local(arg:str, settings=None) -> OpenAIChat:
+    "A model run here by llama.cpp: `reach_nb.llm.local`, imported when one is asked for."
+    from reach_nb.llm.local import local_model
+    return local_model(arg, settings)
+
+register_model('local', _local)
+
 def get_model(spec:str|None=None,            # e.g. 'echo', 'scripted:run.json', 'replay:run.jsonl', 'qwen-plus'
               settings:Settings|None=None,   # default: `load_settings()`
              ) -> ChatModel:

