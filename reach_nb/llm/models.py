@@ -653,11 +653,13 @@ class OpenAIChat(ChatModel):
                  timeout:float=60.0,           # seconds per request
                  max_retries:int=3,            # retries on 429, 5xx, timeouts and malformed bodies, backing off
                  temperature:float|None=None,  # default temperature for calls that don't give one
+                 max_tokens:int|None=None,     # most tokens a reply may have (None: the endpoint's own limit)
                  **client_kw):                 # passed on to `openai.OpenAI` / `openai.AsyncOpenAI`
         super().__init__(model)
         api_key, base_url = _endpoint(api_key, base_url)
         self.model = model
         self.temperature = temperature
+        self.max_tokens = max_tokens
         self.timeout = timeout
         self.max_retries = max_retries
         self._client_kw = dict(api_key=api_key, base_url=base_url, timeout=timeout,
@@ -705,6 +707,7 @@ def _params(self:OpenAIChat, messages, tools, json_mode, temperature, stream=Fal
     p = dict(model=self.model, messages=encodable(messages))
     t = self.temperature if temperature is None else temperature
     if t is not None: p['temperature'] = t
+    if self.max_tokens: p['max_tokens'] = self.max_tokens
     if json_mode: p['response_format'] = {'type': 'json_object'}
     if tools: p['tools'] = tools
     if stream: p.update(stream=True, stream_options={'include_usage': True})
