@@ -433,6 +433,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'reach_nb.agents.rewoo._answer_fix': ('rewoo.html#_answer_fix', 'reach_nb/agents/rewoo.py'),
                                        'reach_nb.agents.rewoo._args': ('rewoo.html#_args', 'reach_nb/agents/rewoo.py'),
                                        'reach_nb.agents.rewoo._call_text': ('rewoo.html#_call_text', 'reach_nb/agents/rewoo.py'),
+                                       'reach_nb.agents.rewoo._called': ('rewoo.html#_called', 'reach_nb/agents/rewoo.py'),
                                        'reach_nb.agents.rewoo._closing': ('rewoo.html#_closing', 'reach_nb/agents/rewoo.py'),
                                        'reach_nb.agents.rewoo._ends': ('rewoo.html#_ends', 'reach_nb/agents/rewoo.py'),
                                        'reach_nb.agents.rewoo._evidence': ('rewoo.html#_evidence', 'reach_nb/agents/rewoo.py'),

@@ -8,7 +8,7 @@ import json, re, time
 from typing import Callable, Iterator, NamedTuple
 from fastcore.basics import patch
 from ..core import *
-from ..parse import ParseResult, parse_json, correction_message
+from ..parse import ParseResult, parse_call, parse_json, correction_message
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
 from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events
@@ -68,6 +68,13 @@ _EVIDENCE = re.compile(_LEAD + r'#E(\d*)[ \t]*([=:])[ \t]*(.*)')
 _PLAN_LINE = re.compile(_LEAD + r'(?:plan|step)[ \t]*\d{0,3}[ \t]*[:.)-][ \t]*', re.I)
 _CALL = re.compile(r'([^\W\d][\w.-]{0,63})[ \t]*\[')
 _SECOND = re.compile(r'#E\d+[ \t]*=[ \t]*[^\W\d][\w.-]{0,63}[ \t]*\[')
+_PAREN = re.compile(r'[^\W\d][\w.-]{0,63}[ \t]*\(.*\)[ \t]*$')
+
+def _called(rhs:str) -> tuple[str, dict]|None:
+    "A call written on one line as `tool(name=value, ...)`: (tool, args); None when it is not one."
+    if not _PAREN.match(rhs): return None
+    try: return parse_call(rhs.strip())
+    except ValueError: return None
 
 def _quote(line:str, n:int=60) -> str:
     return repr(line.strip()[:n] + ('…' if len(line.strip()) > n else ''))
@@ -94,6 +101,9 @@ def _evidence(lines:list[str], i:int, m:re.Match, repairs:list) -> tuple[dict, i
         raise ValueError(f"{where}: name the evidence #E1, #E2, ... (a number of 1 to 6 digits).")
     var, rhs = f"#E{m[1]}", m[3]
     call = _CALL.match(rhs)
+    if not call and (written := _called(rhs)):  # tool(name=value): how the tools' examples are written
+        repairs.append('parentheses_for_brackets')
+        return {'id': var[1:], 'tool': written[0], 'args': written[1]}, i + 1
     if not call: raise ValueError(f"{where} is not in the form {var} = tool[arguments].")
     closer = '}]' if rhs[call.end():].lstrip()[:1] == '{' else ']'
     if (end := _closing(lines, i, closer)) < 0:
