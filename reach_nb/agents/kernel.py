@@ -17,8 +17,8 @@ __all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'cras
            'retried_note', 'llm_error_safeguards', 'model_call', 'model_reply', 'check_safeguards', 'switched_off',
            'switched_tools', 'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry',
            'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'cancellable', 'call_key', 'Journal',
-           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_events',
-           'reply_events']
+           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_texts',
+           'fork_events', 'reply_events']
 
 # %% ../../nbs/20_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -541,7 +541,7 @@ def carry_on(agent, # the agent the run was made with (the same architecture, to
         yield e
 
 # %% ../../nbs/20_kernel.ipynb #79e3c90a
-def _texts(s:Step, observation) -> dict[int, str]:
+def fork_texts(s:Step, observation) -> dict[int, str]:
     ("What each call position of step `s` returns instead: `observation` as a text, a list, or "
      "{position: text}.")
     if not s.actions:
@@ -574,7 +574,7 @@ def _journal_to(agent, run:Run, step:int, model_output=None, observation=None) -
             raise ValueError(f"Step {step} made no model call: replace its observation.")
         j.replies.append(as_response(model_output))
     if observation is not None:
-        texts = _texts(s, observation)
+        texts = fork_texts(s, observation)
         if s.usage.llm_calls: j.replies.append(_reply(s, None, s.actions, mode))
         for k, (c, o) in enumerate(zip(s.actions, s.observations)):
             new = o

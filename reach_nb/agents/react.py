@@ -20,7 +20,7 @@ from .kernel import with_ask_user
 from .kernel import SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard
 from .kernel import default_registry, error_text, known_summary, llm_error_safeguards
 from .kernel import model_call, model_reply, retried_note, run_frame, strict_only
-from .kernel import switched_off, switched_tools
+from .kernel import fork_texts, switched_off, switched_tools
 from ..llm.context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
@@ -937,15 +937,7 @@ def fork_events(self:ReActAgent, run:Run, # any run, live or loaded from a trace
     steps, labels = list(run.steps[:pos]), {**(meta or {}), 'fork_step': step, 'parent': parent}
     if observation is not None:
         s = run.steps[pos]
-        if not s.actions:
-            raise ValueError(f"Step {step} called no tool: replace its model_output instead.")
-        texts = observation if isinstance(observation, dict) else dict(enumerate(
-            [observation] if isinstance(observation, str) else observation))
-        bad = [k for k in texts if not (isinstance(k, int) and 0 <= k < len(s.observations))]
-        if bad: raise ValueError(
-            f"Step {step} made {len(s.observations)} call(s): no position {bad[0]!r} (positions "
-            "count from 0).")
-        steps.append(_edited(s, texts, self.mode))
+        steps.append(_edited(s, fork_texts(s, observation), self.mode))
     return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output,
                        meta=labels)
 
