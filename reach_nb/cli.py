@@ -498,6 +498,10 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
 @app.command()
 def demo(question:Optional[str] = typer.Argument(None, help='Ask something else than the demo '
                                                             'question.'),
+         model:Optional[str] = typer.Option(None, help=_MODEL_HELP),
+         base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint, '
+                                                          'e.g. http://127.0.0.1:8001/v1'),
+         agent:str = typer.Option('react', help=_AGENT_HELP),
          trace:Optional[Path] = typer.Option(None, help='Where to write the trace '
                                                         '(default: <trace_dir>/demo.jsonl).'),
          timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request '
@@ -507,12 +511,15 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
     from reach_nb.risk.agents import risk_agent
     from reach_nb.risk.analysis import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
-    s = _settings(request_timeout=timeout)
+    _for_agent(agent, None, {})
+    s = _settings(base_url=base_url, request_timeout=timeout)
     where = 'option --trace' if trace else 'the trace_dir setting'
     tf = _TraceFile(trace or resolve_path(s.trace_dir)/'demo.jsonl', where)
-    llm = _model_or_stand_in(None, s)
-    with risk_agent(llm, _dataset(), max_steps=max(s.max_steps, 20)) as agent:
-        run = print_run(agent.stream(q), trace=tf)
+    llm = _model_or_stand_in(model, s)
+    kw = _agent_kw(agent, s, {})
+    if agent == 'react': kw['max_steps'] = max(s.max_steps, 20)  # the demo's analysis takes about 12
+    with risk_agent(llm, _dataset(), agent=agent, **kw) as a:
+        run = print_run(a.stream(q), trace=tf)
     raise typer.Exit(0 if run.stop_reason == 'answer' else 1)
 
 # %% ../nbs/99_cli.ipynb #62867e06
@@ -724,7 +731,7 @@ def _listening(host:str, port:int):
 
 # %% ../nbs/99_cli.ipynb #21bfe74c
 _SERVE_MODEL_HELP = ("Offline model behind the endpoint ('echo', 'sim-analyst', "
-                     "'scripted:FILE.json', 'replay:FILE.jsonl').")
+                     "'scripted:FILE.json', 'replay:FILE.jsonl', 'local:NAME').")
 
 @app.command('serve-model')
 def serve_model(model:str = typer.Option('echo', help=_SERVE_MODEL_HELP),

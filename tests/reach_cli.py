@@ -17,18 +17,21 @@ def clean_env(**extra) -> dict:
 
 
 @contextmanager
-def served(model:str, *opts):
-    "`reach serve-model --model MODEL [OPTS]` in its own process; yields its base URL once it answers."
+def served(model:str, *opts, wait:float=30.0):
+    ("`reach serve-model --model MODEL [OPTS]` in its own process; yields its base URL once it answers, "
+     "within `wait` seconds.")
     port = free_port()
     proc = subprocess.Popen([REACH, 'serve-model', '--model', model, '--port', str(port), *opts], env=clean_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f'http://127.0.0.1:{port}/v1'
     try:
-        for _ in range(300):
+        deadline = time.monotonic() + wait
+        while True:
             try:
                 if httpx.get(f'{base}/models', timeout=0.5).status_code == 200: break
             except httpx.HTTPError: time.sleep(0.1)
-        else: pytest.fail(f'serve-model did not start: {proc.poll()}')
+            if time.monotonic() > deadline or proc.poll() is not None:
+                pytest.fail(f'serve-model did not start within {wait:g}s: exit status {proc.poll()}')
         yield base
     finally:
         proc.terminate(); proc.wait(10)

