@@ -1,4 +1,5 @@
-"""Fail when requirements.lock is out of date with pyproject.toml.
+"""Fail when requirements.lock (and, with `--lock` given more than once, requirements-local.lock) is out of date with
+pyproject.toml.
 
 Run in the environment that `pip install -c requirements.lock -e ".[dev]"` made. pip has already refused a
 pin that contradicts pyproject.toml; this checks the rest: every installed package is pinned at the version
@@ -20,8 +21,10 @@ def pins(lines) -> dict[str, str]:
     return out
 
 if __name__ == '__main__':
-    path = Path(sys.argv[sys.argv.index('--lock') + 1]) if '--lock' in sys.argv else root/'requirements.lock'
-    lock = pins(path.read_text(encoding='utf-8').splitlines())
+    # one or more `--lock FILE` (their pins together), by default requirements.lock
+    paths = [Path(sys.argv[i + 1]) for i, a in enumerate(sys.argv) if a == '--lock'] or [root/'requirements.lock']
+    lock = {k: v for path in paths for k, v in pins(path.read_text(encoding='utf-8').splitlines()).items()}
+    names = ' + '.join(p.name for p in paths)
     freeze = subprocess.run([sys.executable, '-m', 'pip', 'freeze', '--exclude-editable'],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     installed = pins(freeze)
@@ -29,6 +32,6 @@ if __name__ == '__main__':
     problems += [f'{n} is pinned at {lock[n]} but {v} is installed' for n, v in installed.items() if n in lock and lock[n] != v]
     problems += [f'{n}=={v} is pinned but not installed' for n, v in lock.items() if n not in installed]
     if problems:
-        sys.exit(f'{path.name} is out of date with pyproject.toml:\n  ' + '\n  '.join(sorted(problems)) +
+        sys.exit(f'{names} is out of date with pyproject.toml:\n  ' + '\n  '.join(sorted(problems)) +
                  '\nRun .ci/lock and commit requirements.lock.')
-    print(f'{path.name} matches the environment ({len(lock)} packages)')
+    print(f'{names} matches the environment ({len(lock)} packages)')

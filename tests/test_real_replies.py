@@ -33,7 +33,9 @@ def recorded(cassette:Path) -> dict:
 
 
 def test_every_architecture_has_its_recordings():
-    assert {recorded(c)['recorded'] for c in CASSETTES} == set(RUNS)
+    models = {c.parent.name for c in CASSETTES}
+    assert models >= {'qwen2.5-coder-0.5b'}, models
+    for m in models: assert {recorded(c)['recorded'] for c in CASSETTES if c.parent.name == m} == set(RUNS), m
     for c in CASSETTES: assert c.stem.startswith(recorded(c)['recorded'] + '-') and recorded(c)['question'] in QUESTIONS.values()
 
 
