@@ -781,6 +781,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'reach_nb.eval.ablation_name': ('eval.html#ablation_name', 'reach_nb/eval.py'),
                                'reach_nb.eval.ablation_table': ('eval.html#ablation_table', 'reach_nb/eval.py'),
                                'reach_nb.eval.ablation_variant': ('eval.html#ablation_variant', 'reach_nb/eval.py'),
+                               'reach_nb.eval.at_once': ('eval.html#at_once', 'reach_nb/eval.py'),
                                'reach_nb.eval.build_agent': ('eval.html#build_agent', 'reach_nb/eval.py'),
                                'reach_nb.eval.check_task': ('eval.html#check_task', 'reach_nb/eval.py'),
                                'reach_nb.eval.claims': ('eval.html#claims', 'reach_nb/eval.py'),

@@ -34,9 +34,9 @@ __all__ = ['TRUTH_FUNCTIONS', 'MAX_TRUTH_ROWS', 'TRUTH_TIMEOUT', 'JUDGE_PROMPT',
            'Grade', 'normal_text', 'exact', 'numbers', 'numeric', 'claims', 'none_claim', 'set_grade', 'mentions',
            'contains', 'judge_grade', 'without_question', 'grade', 'switchable', 'build_agent', 'EvalConfig',
            'run_seed', 'make_model', 'said_not_simulated', 'run_status', 'format_counts', 'run_row', 'run_one',
-           'run_key', 'Results', 'trace_path', 'evaluate', 'wilson', 'declined', 'metrics', 'summary', 'text_table',
-           'level_table', 'safeguard_table', 'ablation_name', 'ablation_configs', 'ablation_variant', 'ablation_cells',
-           'ablation_table', 'default_out', 'rows_of', 'eval_cli']
+           'run_key', 'Results', 'at_once', 'trace_path', 'evaluate', 'wilson', 'declined', 'metrics', 'summary',
+           'text_table', 'level_table', 'safeguard_table', 'ablation_name', 'ablation_configs', 'ablation_variant',
+           'ablation_cells', 'ablation_table', 'default_out', 'rows_of', 'eval_cli']
 
 # %% ../nbs/70_eval.ipynb #675b35a2
 class Task(BaseModel):
@@ -648,6 +648,11 @@ def rows(self:Results, where:str='true', # a SQL condition on `runs`, e.g. "leve
 # %% ../nbs/70_eval.ipynb #df58a0ec
 def _slug(s:str) -> str: return re.sub(r'[^A-Za-z0-9_.-]+', '-', s).strip('-') or 'config'
 
+def at_once(configs:list[EvalConfig], concurrency:int) -> int:
+    "How many runs go at a time: `concurrency`, or 1 when a configuration's model is a local one."
+    local = any(str(c.model or '').startswith('local:') for c in configs)
+    return 1 if local else max(1, concurrency)
+
 def trace_path(out:Path, cfg:EvalConfig, task_id:str, seed:int) -> Path:
     "Where the trace of one run is kept."
     return Path(out)/'traces'/_slug(cfg.name)/f"{task_id}.s{seed}.jsonl"
@@ -680,7 +685,7 @@ def evaluate(tasks:list[Task], configs:list[EvalConfig],
         done = res.done()
         todo = [(t, c, s) for c in configs for t in tasks for s in seeds
                 if done.get(run_key(c.name, t.id, s)) != t.hash]
-        ex = ThreadPoolExecutor(max(1, concurrency))
+        ex = ThreadPoolExecutor(at_once(configs, concurrency))
         try:
             with tqdm(total=len(todo), desc='eval', unit='run', disable=not progress,
                       file=sys.stderr) as bar:
