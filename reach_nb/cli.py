@@ -904,7 +904,7 @@ def bench_agents_cmd(per_call:float = typer.Option(0.8, help=_BENCH_HELP['per_ca
     bench_agents_cli(_question(question, None) if question is not None else SPIKE_QUESTION, names,
                      per_call, per_token, chart.absolute() if chart is not None else None)
 
-# %% ../nbs/99_cli.ipynb #9571db7e
+# %% ../nbs/99_cli.ipynb #869c2ec3
 _BFCL_HELP = dict(
     model='A model to run live, e.g. local:qwen2.5-coder-0.5b.',
     replies='Replay the replies recorded in this folder instead (offline, no model).',
