@@ -15,7 +15,7 @@ from .llm.models import MODELS, ModelNotConfigured, OpenAIChat, get_model
 # %% auto #0
 __all__ = ['app', 'bench_app', 'data_app', 'mcp_app', 'format_event', 'print_events', 'print_run', 'ask', 'demo', 'resume_cmd',
            'runs_cmd', 'show_cmd', 'serve_model', 'mcp_serve', 'data_build', 'bench_loop_cmd', 'bench_data_cmd',
-           'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'eval_cmd', 'main']
+           'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'bench_bfcl_cmd', 'eval_cmd', 'main']
 
 # %% ../nbs/99_cli.ipynb #3f36c9e2
 def _clip(s:str, n:int=600) -> str:
@@ -903,6 +903,45 @@ def bench_agents_cmd(per_call:float = typer.Option(0.8, help=_BENCH_HELP['per_ca
                         "separated by commas, e.g. --agents react,rewoo,dag")
     bench_agents_cli(_question(question, None) if question is not None else SPIKE_QUESTION, names,
                      per_call, per_token, chart.absolute() if chart is not None else None)
+
+# %% ../nbs/99_cli.ipynb #869c2ec3
+_BFCL_HELP = dict(
+    model='A model to run live, e.g. local:qwen2.5-coder-0.5b.',
+    replies='Replay the replies recorded in this folder instead (offline, no model).',
+    record='With --model: also record the replies, and the seconds of each call, in this folder.',
+    data="BFCL's data folder (default: the bfcl-eval wheel's data, downloaded once into the data folder).",
+    modes='json, native, or both, comma-separated.',
+    categories=('Categories, comma-separated (default: simple_python, multiple, parallel, parallel_multiple, '
+                'irrelevance).'))
+
+def _choices(text:str|None, allowed:tuple, option:str) -> list[str]:
+    "The comma-separated names in `text`, each one of `allowed` (all of them when `text` is None)."
+    names = list(allowed) if text is None else [x.strip() for x in text.split(',') if x.strip()]
+    if not names or any(x not in allowed for x in names):
+        raise UserError(f"unknown {option.lstrip('-')} {text!r}", f"option {option}",
+                        f"give some of {', '.join(allowed)}, separated by commas")
+    return names
+
+@bench_app.command('bfcl')
+def bench_bfcl_cmd(model:Optional[str] = typer.Option(None, help=_BFCL_HELP['model']),
+                   replies:Optional[Path] = typer.Option(None, help=_BFCL_HELP['replies']),
+                   record:Optional[Path] = typer.Option(None, help=_BFCL_HELP['record']),
+                   data:Optional[Path] = typer.Option(None, help=_BFCL_HELP['data']),
+                   limit:int = typer.Option(20, help='Entries per category: the first N.'),
+                   modes:str = typer.Option('json,native', help=_BFCL_HELP['modes']),
+                   categories:Optional[str] = typer.Option(None, help=_BFCL_HELP['categories']),
+                   chart:Optional[Path] = typer.Option(None, help=_BENCH_HELP['chart'])):
+    "BFCL's function-calling questions asked of a model: accuracy per category, tolerant and strict parsing."
+    from reach_nb.bench.bfcl import CATEGORIES, bench_bfcl_cli
+    _at_least(limit, 1, '--limit')
+    if model and replies: raise UserError('--model and --replies are both given', 'option --replies',
+                                          'give --model to run live (--record DIR to keep its replies), or --replies DIR')
+    if record and not model: raise UserError('--record is given without --model', 'option --record',
+                                             'give --model local:NAME, the model whose replies to record')
+    if chart is not None and importlib.util.find_spec('matplotlib') is None:
+        raise UserError('matplotlib is not installed', 'option --chart', 'pip install matplotlib, or drop --chart')
+    bench_bfcl_cli(model, record or replies, data, limit, _choices(modes, ('json', 'native'), '--modes'),
+                   _choices(categories, CATEGORIES, '--categories'), chart.absolute() if chart is not None else None)
 
 # %% ../nbs/99_cli.ipynb #e7a10c02
 def _listed(v:str|None, option:str, cast=str, allowed=None) -> list|None:
