@@ -1712,6 +1712,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.parse._parse_call': ('parse.html#_parse_call', 'reach_nb/parse.py'),
                                 'reach_nb.parse._read_object': ('parse.html#_read_object', 'reach_nb/parse.py'),
                                 'reach_nb.parse._repair': ('parse.html#_repair', 'reach_nb/parse.py'),
+                                'reach_nb.parse._repaired_array': ('parse.html#_repaired_array', 'reach_nb/parse.py'),
                                 'reach_nb.parse._repaired_one': ('parse.html#_repaired_one', 'reach_nb/parse.py'),
                                 'reach_nb.parse._same_content': ('parse.html#_same_content', 'reach_nb/parse.py'),
                                 'reach_nb.parse._shallow': ('parse.html#_shallow', 'reach_nb/parse.py'),

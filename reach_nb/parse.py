@@ -803,10 +803,20 @@ def _json_seq(s:str) -> list|None:
     return out
 
 def _repaired_one(s:str) -> list|None:
-    "The single object `s` holds, read by `parse_json` if it needed no more than syntax repairs."
+    ("The single object (or array of objects) `s` holds, if it needed no more than syntax repairs: "
+     "an object read by `parse_json`, an array by its forgiving reader.")
+    if s.lstrip()[:1] == '[': return _repaired_array(s.strip())
     r = parse_json(s)
     return ([r.value] if r.ok and not {'surrounding_prose', 'multiple_objects'} & set(r.repairs)
             else None)
+
+def _repaired_array(t:str) -> list|None:
+    "The objects of the array that is the whole of `t`, read with syntax repairs; None if it is anything else."
+    r = _Reader(t)
+    try: v = r.value()
+    except (_Unreadable, RecursionError): return None
+    if t[r.i:].strip() or not v or _too_deep(v) or not all(isinstance(x, dict) for x in v): return None
+    return v
 
 # %% ../nbs/02_parse.ipynb #7a3c9e29
 def _tool_call(v, bare:bool=False) -> ToolCall|None:
