@@ -1012,7 +1012,7 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
              off:Optional[str] = typer.Option(None, help=_EVAL_HELP['off']),
              context:Optional[str] = typer.Option(None, help=_CONTEXT_HELP),
              out:Optional[Path] = typer.Option(None, help=_EVAL_HELP['out']),
-             concurrency:int = typer.Option(4, help='Runs at once.'),
+             concurrency:int = typer.Option(4, help='Runs at once (one with a local model).'),
              fresh:bool = typer.Option(False, help='Start over: forget the '
                                                    'results and traces in --out.'),
              ablation:bool = typer.Option(False, help=_EVAL_HELP['ablation']),
