@@ -136,3 +136,23 @@ def test_an_invented_choice_is_refused_with_the_choices_and_an_example(registry)
     o = registry.call('list_datasets', {'category': 'transactions'})
     assert not o.ok and o.error == 'bad_args'
     assert "expects one of 'payments', 'dimensions'" in o.content and "list_datasets(category='payments')" in o.content
+
+
+ACTION_AS_ANSWER = ('{"thought": "The transactions dataset has 1,000,036 rows and covers the period from April 2 to June 30. '
+                    'It includes fields such as user_id, muid, payer_id, game_id, item_id, channel_id, currency, amount, '
+                    'amount_cny, status, and refund_ts.", "answer": {"thought": "To answer why recharge volume jumped last '
+                    'week, I need to analyze the transactions dataset for the past week.", "action": {"tool": '
+                    '"list_datasets", "args": {}}}}\n                    ')
+
+
+def test_an_action_inside_the_answer_is_sent_back_not_taken_for_the_answer():
+    "The 1.5B model's third ReAct reply on the spike question: its next call written as the answer. Once it ended the run."
+    from reach_nb.agents.react import ReActAgent, decide
+    from reach_nb.llm.models import ScriptedLLM
+    from reach_nb.parse import parse_json
+    res = parse_json(ACTION_AS_ANSWER)
+    assert res.ok and res.level == 'strict'
+    with pytest.raises(ValueError, match='The "answer" holds an action, not an answer'): decide(res.value)
+    run = ReActAgent(ScriptedLLM([ACTION_AS_ANSWER, '{"thought": "t", "answer": "No jump found."}']), []).run('q')
+    assert (run.stop_reason, run.answer, run.steps[0].parse_level) == ('answer', 'No jump found.', 'failed')
+    assert [g.kind for g in run.steps[0].safeguards] == ['correction']

@@ -256,6 +256,10 @@ def decide(value:dict) -> Decision:
         answer = low.get('content')
     if not calls and answer is None:
         raise ValueError('The object has neither an "action" nor an "answer".')
+    if not calls and isinstance(answer, dict) and _acts(_low(answer), answer):
+        # a real 1.5B model wrote its next action inside "answer": not an answer, a misplaced call
+        raise ValueError('The "answer" holds an action, not an answer: to call a tool, put "action" at the '
+                         'top level; to answer, give the answer as text.')
     answer = _text(answer)
     return Decision(_text(_pick(low, _THOUGHT)), calls, None if calls else answer,
                     answer if calls else None)
