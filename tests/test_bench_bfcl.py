@@ -24,6 +24,7 @@ def _rows(stdout:str) -> dict:
 
 # what the committed replies score, over the five categories: JSON mode on 10 entries each, native on 5
 RECORDED = {('json', '10'): {'JSON, reach_nb parser + registry': '22/50', 'JSON, strict json.loads': '10/50'},
+            ('json', '20'): {'JSON, reach_nb parser + registry': '45/100', 'JSON, strict json.loads': '20/100'},
             ('native', '5'): {'native, tool_calls only': '5/25', 'native, + calls in the text': '11/25'}}
 
 
