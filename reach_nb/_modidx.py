@@ -826,6 +826,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'reach_nb.eval._stream_to': ('eval.html#_stream_to', 'reach_nb/eval.py'),
                                'reach_nb.eval._too_deep': ('eval.html#_too_deep', 'reach_nb/eval.py'),
                                'reach_nb.eval._value': ('eval.html#_value', 'reach_nb/eval.py'),
+                               'reach_nb.eval._with_ids': ('eval.html#_with_ids', 'reach_nb/eval.py'),
                                'reach_nb.eval._yaml_tasks': ('eval.html#_yaml_tasks', 'reach_nb/eval.py'),
                                'reach_nb.eval.ablation_cells': ('eval.html#ablation_cells', 'reach_nb/eval.py'),
                                'reach_nb.eval.ablation_configs': ('eval.html#ablation_configs', 'reach_nb/eval.py'),

@@ -1006,6 +1006,8 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
              level:Optional[str] = typer.Option(None, help='Only these levels, e.g. 1,2.'),
              tag:Optional[str] = typer.Option(None, help='Only tasks with one of these '
                                                          'tags, e.g. demo,refund_abuse.'),
+             id:Optional[str] = typer.Option(None, '--id', help='Only these tasks, by id, '
+                                                               'comma-separated.'),
              seeds:int = typer.Option(1, help='Runs of each task per configuration, '
                                               'each with its own fault seed.'),
              faults:float = typer.Option(0.0, help='Rate of injected model faults, from 0 to 1.'),
@@ -1036,7 +1038,8 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
                     _listed(off, '--off', allowed=list(SAFEGUARDS)) or (), context, out,
                     concurrency, fresh, ablation=ablation, rates=_listed(rates, '--rates', float),
                     ablation_seeds=ablation_seeds,
-                    ablation_tags=_listed(ablation_tag, '--ablation-tag'), judge=judge)
+                    ablation_tags=_listed(ablation_tag, '--ablation-tag'), judge=judge,
+                    ids=_listed(id, '--id'))
     raise typer.Exit(code)
 
 # %% ../nbs/99_cli.ipynb #26ec7c81

@@ -854,6 +854,14 @@ def rows_of(path, tasks:list[Task], configs:list[EvalConfig], seeds:Iterable[int
     keys = {run_key(c.name, t.id, s) for c in configs for t in tasks for s in seeds}
     with Results(path) as res: return [r for r in res.rows() if r['key'] in keys]
 
+def _with_ids(tasks:list[Task], ids) -> list[Task]:
+    "The tasks with these ids, in the order given; an id no task has is the user's mistake."
+    by = {t.id: t for t in tasks}
+    if (gone := [i for i in ids if i not in by]):
+        raise UserError(f"no task {gone[0]!r} among the {_n(len(by), 'task')} chosen", 'option --id',
+                        'give ids of the task files (`id:` of each task)')
+    return [by[i] for i in dict.fromkeys(ids)]
+
 def _fresh(out:Path):
     "Start over: the results file and the traces in `out` are removed."
     for f in (out/'results.duckdb', out/'results.duckdb.wal'): f.unlink(missing_ok=True)
@@ -866,6 +874,7 @@ def eval_cli(tasks=None, # task files or folders; default data/eval/tasks
              levels=None, tags=None, seeds:int=1, fault_rate:float=0.0, off=(),
              context:str|None=None,
              out=None, concurrency:int=4, fresh:bool=False, db=None,
+             ids=None, # only the tasks with these ids
              ablation:bool=False, rates=RATES, ablation_seeds:int=3, ablation_tags=('demo',), # the ablation grid
              judge:str|None=None, progress:bool=True, latency:bool=True, # show the mean latency
              echo:Callable=print) -> int: # exit status
@@ -875,6 +884,7 @@ def eval_cli(tasks=None, # task files or folders; default data/eval/tasks
     if fresh: _fresh(out)
     jm = make_model(EvalConfig(model=judge, base_url=base_url)) if judge else None
     ts = load_tasks(tasks, levels, tags)
+    if ids: ts = _with_ids(ts, ids)
     cfgs = _configs(agents, models, base_url, fault_rate, off, context)
     if not ts:
         raise UserError('no task matches', 'the --level/--tag options', 'drop or change them')

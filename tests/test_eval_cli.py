@@ -65,3 +65,15 @@ def test_reach_eval_refuses_a_bad_task_file_in_one_line(tmp_path):
     assert r.stderr == ("Error: task 'x': level: 5 is not one of [1, 2, 3] in bad.yaml: fix it as "
                         "data/eval/task.schema.json describes (data/eval/README.md has examples)\n")
     assert not (tmp_path/'ev'/'results.duckdb').exists()
+
+
+def test_reach_eval_runs_the_tasks_named_by_id(tmp_path, small_db):
+    r = _reach('eval', '--id', 'l2-top-channel-june,l1-games-count', '--out', 'ev', cwd=tmp_path, db=small_db)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('2 tasks · 1 configuration · 1 seed · results in '), r.stdout
+    with Results(tmp_path/'ev'/'results.duckdb') as res:
+        assert sorted(row['task_id'] for row in res.rows()) == ['l1-games-count', 'l2-top-channel-june']
+    bad = _reach('eval', '--id', 'l1-games-count,l9-none', '--level', '1', '--out', 'ev', cwd=tmp_path, db=small_db)
+    assert bad.returncode == 2 and bad.stdout == '', bad
+    assert bad.stderr.strip() == ("Error: no task 'l9-none' among the 19 tasks chosen in option --id: "
+                                  "give ids of the task files (`id:` of each task)")
