@@ -4,7 +4,7 @@
 
 # %% ../nbs/99_cli.ipynb #5d0c570f
 from __future__ import annotations
-import hashlib, importlib.util, os, sys, threading, time, traceback, warnings
+import importlib.util, os, sys, threading, time, traceback, warnings
 from pathlib import Path
 from typing import Optional
 import typer
@@ -415,13 +415,6 @@ def _store():
                         f"({str(e).removeprefix('Error: ')})", 'the trace_dir setting',
                         'set REACH_TRACE_DIR to a folder you can write') from None
 
-def _workspace(s:Settings, session_id:str|None) -> Path|None:
-    ("The risk tools' workspace store of a session, kept beside the session store; "
-     "None (a temporary one) without.")
-    if not session_id: return None
-    name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
-    return resolve_path(s.trace_dir)/'workspaces'/f'{name}.sqlite'
-
 def _converse(agent, q:str, session_id:str, tf:_TraceFile|None, labels:dict) -> Run|None:
     ("Ask `q` as the next turn of conversation `session_id` in the session store, "
      "printing the run as it goes.")
@@ -476,7 +469,7 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
                                                      'servers in this config file.')):
     ("Ask a risk-analysis agent a question (the nine risk tools over the sample data, "
      "and any MCP servers' tools).")
-    from reach_nb.risk.agents import risk_agent
+    from reach_nb.risk.agents import risk_agent, session_workspace
     q = _question(question, file)
     kw = _agent_options(native, context, dialect)
     sid = _session_id(session)
@@ -484,7 +477,7 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
                                  '--max-steps': max_steps, '--context': context})
     s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
     llm, tf = _model_or_stand_in(model, s, native), _TraceFile(trace) if trace else None
-    with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, store=_workspace(s, sid),
+    with risk_agent(llm, _dataset(), agent=agent, pipeline=pipeline, store=session_workspace(sid, s),
                     **_agent_kw(agent, s, kw)) as a:
         servers = _with_mcp(a, mcp)
         try:
@@ -580,13 +573,13 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
                                                               'here.')):
     ("Finish a run whose process died, from the session store, without "
      "doing its finished steps again.")
-    from reach_nb.risk.agents import risk_agent
+    from reach_nb.risk.agents import risk_agent, session_workspace
     with _store() as store:
         stored = _stored(store, run_id)
         spec, base_url = _stored_model(stored.meta, model, base_url)
         s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
         llm, tf = _model(spec, s), _TraceFile(trace) if trace else None
-        with risk_agent(llm, _dataset(), store=_workspace(s, stored.meta.get('session_id')),
+        with risk_agent(llm, _dataset(), store=session_workspace(stored.meta.get('session_id'), s),
                         **_stored_agent(stored.meta, s)) as agent:
             run = _resumed(store, stored, run_id, agent, tf)
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/32_memory.ipynb #6bc0e5a6
 from __future__ import annotations
-import copy, json, random, re, uuid
+import copy, json, random, re, threading, uuid
 from dataclasses import asdict
 from typing import Iterator
 from fastcore.basics import patch
@@ -14,7 +14,7 @@ from ..tools import ToolRegistry
 from ..llm.context import ContextPolicy, Layered, Window, clip, get_policy, newest_fitting, step_summary
 from ..agents.react import ReActAgent, system_prompt
 from .sessions import SessionLog, SessionStore, record
-from ..agents.kernel import reply_events
+from ..agents.kernel import cancellable, reply_events
 from .recall import LongTermMemory, key_events
 
 # %% auto #0
@@ -264,11 +264,12 @@ def _told(self:Session, question:str):
 
 # %% ../../nbs/32_memory.ipynb #7e9488f4
 @patch
-def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
+def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None, cancel=None) -> Run:
     ("The paused run carried on with the user's reply: a new run, recorded after "
      "the one it continues.")
     own = getattr(self.agent, 'reply', None)  # ReAct's; every other architecture through the kernel
     events = _tagged(own(paused, text) if own else reply_events(self.agent, paused, text), **meta)
+    if cancel is not None: events = cancellable(events, cancel)
     if self.store is None: return _folded(events, on_event)
     log = SessionLog.new(self.store, self.session_id, paused.question, skip=('token',), meta=meta,
                          parent=paused.meta.get('run_id'))
@@ -276,7 +277,8 @@ def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None) -> Run:
 
 @patch
 def ask(self:Session, message:str, # the next question, or the reply the last run waits for
-        on_event=None) -> Run: # called with each event as it happens (once stored, with a store)
+        on_event=None, # called with each event as it happens (once stored, with a store)
+        cancel:threading.Event|None=None) -> Run: # set it to stop the run at the next event (it ends 'stopped')
     ("Run the next turn of the conversation to its end; with a store, each event is "
      "recorded as it happens.")
     meta = {**self.labels, 'session_id': self.session_id,
@@ -284,11 +286,13 @@ def ask(self:Session, message:str, # the next question, or the reply the last ru
     paused = self.pending
     agent = self._told(message)
     head = self._head_of(message)
-    if paused is not None: run = self._reply(paused, message, meta, on_event)
+    if paused is not None: run = self._reply(paused, message, meta, on_event, cancel)
     elif self.store is not None:
-        run = record(self.store, agent, message, self.session_id, head, meta, on_event=on_event)
-    else: run = _folded(agent.stream(message, meta=meta, **({'head': head} if head else {})),
-                        on_event)
+        run = record(self.store, agent, message, self.session_id, head, meta, on_event=on_event,
+                     cancel=cancel)
+    else:
+        events = agent.stream(message, meta=meta, **({'head': head} if head else {}))
+        run = _folded(events if cancel is None else cancellable(events, cancel), on_event)
     self.runs.append(run)
     if self.memory is not None: self._learn()  # defined below
     return run

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/47_risk_agents.ipynb #a94c797c
 from __future__ import annotations
-import re, tempfile
+import hashlib, re, tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 from ..agents.registry import AGENTS, make_agent
-from ..config import load_settings
+from ..config import Settings, load_settings, resolve_path
 from ..core import Run
 from ..llm.models import ChatModel, register_model
 from .data import ensure_dataset
@@ -17,7 +17,7 @@ from .tools import RiskWorkspace, risk_registry
 from ..tools import ToolRegistry
 
 # %% auto #0
-__all__ = ['risk_tools', 'data_note', 'risk_agent', 'run_risk_demo']
+__all__ = ['risk_tools', 'data_note', 'risk_agent', 'run_risk_demo', 'session_workspace']
 
 # %% ../../nbs/47_risk_agents.ipynb #bc7d0662
 _ID_OF = {'procedure_id': re.compile(r'\bproc_\d+'), 'task_id': re.compile(r'\btask_\d+')}
@@ -80,3 +80,11 @@ def run_risk_demo(question:str|None=None, # the risk question to answer; default
                   **agent_kw) -> Run:
     "Answer a risk question with `risk_agent` and return the `Run`."
     with risk_agent(llm, db, agent, **agent_kw) as a: return a.run(question or _spike_question())
+
+# %% ../../nbs/47_risk_agents.ipynb #5e55a0a2
+def session_workspace(session_id:str|None, # the conversation; None: no workspace file (a temporary one)
+                      settings:Settings|None=None) -> Path|None: # default `load_settings()`
+    "The risk tools' workspace store of a session: a file under `<trace_dir>/workspaces`, named by a hash of the id."
+    if not session_id: return None
+    name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
+    return resolve_path((settings or load_settings()).trace_dir)/'workspaces'/f'{name}.sqlite'
