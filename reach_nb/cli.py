@@ -14,8 +14,9 @@ from .llm.models import MODELS, ModelNotConfigured, OpenAIChat, get_model
 
 # %% auto #0
 __all__ = ['app', 'bench_app', 'data_app', 'mcp_app', 'format_event', 'print_events', 'print_run', 'ask', 'demo', 'resume_cmd',
-           'runs_cmd', 'show_cmd', 'serve_model', 'mcp_serve', 'data_build', 'bench_loop_cmd', 'bench_data_cmd',
-           'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'bench_bfcl_cmd', 'eval_cmd', 'main']
+           'runs_cmd', 'show_cmd', 'serve_model', 'serve_cmd', 'mcp_serve', 'data_build', 'bench_loop_cmd',
+           'bench_data_cmd', 'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'bench_bfcl_cmd', 'eval_cmd',
+           'main']
 
 # %% ../nbs/99_cli.ipynb #3f36c9e2
 def _clip(s:str, n:int=600) -> str:
@@ -405,12 +406,15 @@ def _session_id(session:str|None) -> str|None:
                         'give a name of 1 to 200 printable characters, e.g. --session alice')
     return session
 
-def _store():
-    "The default session store; a `UserError` if it cannot be opened."
+def _store(where:str|None=None): # the --store option: a file, sqlite://PATH or redis://...; None: the default
+    "The session store; a `UserError` if it cannot be opened."
     from reach_nb.memory.sessions import default_store_path, open_store
-    try: return open_store()
+    try: return open_store(where)
     except UserError: raise  # the store's own line: it names the file and what to do
     except (ValueError, OSError) as e:
+        if where is not None:
+            raise UserError(f"cannot open the session store {where[:80]!r} ({str(e).removeprefix('Error: ')[:200]})",
+                            'option --store', 'give a file you can write, or redis://HOST:PORT/DB') from None
         raise UserError(f"cannot open the session store {default_store_path()} "
                         f"({str(e).removeprefix('Error: ')})", 'the trace_dir setting',
                         'set REACH_TRACE_DIR to a folder you can write') from None
@@ -743,6 +747,40 @@ def serve_model(model:str = typer.Option('echo', help=_SERVE_MODEL_HELP),
     wire_kw = _wire_option(wire)
     serve_model_cli(model=model, latency=latency, errors=errors, malformed=malformed,
                     sock=_listening(host, port), **wire_kw)
+
+# %% ../nbs/99_cli.ipynb #5e7e0002
+def _tokens(given:list[str]|None) -> list[str]:
+    "The service's bearer tokens: `--token`s, then `REACH_TOKENS` (comma-separated)."
+    env = [t.strip() for t in os.environ.get('REACH_TOKENS', '').split(',') if t.strip()]
+    return list(dict.fromkeys([*(given or []), *env]))
+
+@app.command('serve')
+def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen on; other than loopback, '
+                                                         'tokens are required.'),
+              port:int = typer.Option(8000, help='The port (0 picks a free one).'),
+              model:Optional[str] = typer.Option(None, help=_MODEL_HELP),
+              base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint of an '
+                                                               'openai:NAME model.'),
+              token:Optional[list[str]] = typer.Option(None, '--token', help='A bearer token clients may '
+                                                       'send; repeat for several (also REACH_TOKENS).'),
+              store:Optional[str] = typer.Option(None, help='The session store: a SQLite file (default: '
+                                                            "the trace folder's) or redis://HOST:PORT/DB.")):
+    "Serve every agent over HTTP: start runs, stream their events (SSE), read sessions, cancel, reply, fork."
+    import uvicorn
+    from reach_nb.service.app import Service, check_bind, create_app
+    s = _settings(base_url=base_url)
+    tokens = _tokens(token)
+    check_bind(host, tokens)
+    sessions = _store(store)
+    svc = Service(_model_or_stand_in(model, s), sessions, db=_dataset(), tokens=tokens, settings=s)
+    web = create_app(svc, host)
+    sock = _listening(host, port)
+    where = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
+    who = f"{len(tokens)} token{'s' * (len(tokens) != 1)}" if tokens else 'no tokens: loopback only'
+    print(f"Serving reach_nb's agents at {where} ({who}); API at {where}/docs. Ctrl-C stops it.",
+          file=sys.stderr, flush=True)
+    try: uvicorn.Server(uvicorn.Config(web, log_level='warning', access_log=False)).run(sockets=[sock])
+    finally: sessions.close()
 
 # %% ../nbs/99_cli.ipynb #37447b0b
 mcp_app = typer.Typer(help='Model Context Protocol: serve reach_nb tools to MCP clients.',

@@ -33,8 +33,8 @@ from .core import UserError
 from .tools import Tool, ToolError, ToolRegistry, LoopThread, norm_name, short_repr
 
 # %% auto #0
-__all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_server', 'serve_mcp',
-           'MCPHTTPServer', 'MCPConnection', 'MCPTools', 'mcp_registry', 'bench_mcp']
+__all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_server', 'is_loopback',
+           'serve_mcp', 'MCPHTTPServer', 'MCPConnection', 'MCPTools', 'mcp_registry', 'bench_mcp']
 
 # %% ../nbs/60_mcp.ipynb #4a08b142
 @dataclass
@@ -272,7 +272,8 @@ def _bind(host:str, port:int, # the address to listen on (port 0: a free one)
 _LOOPBACK = ['127.0.0.1', 'localhost', '[::1]']  # as a Host header writes them
 _MIN_TOKEN = 16  # characters; a shorter token is too easy to guess
 
-def _is_loopback(host:str) -> bool:
+def is_loopback(host:str) -> bool:
+    "True for an address only this machine reaches: a loopback IP, or `localhost`."
     try: return ipaddress.ip_address(host.strip('[]')).is_loopback
     except ValueError: return host == 'localhost'
 
@@ -310,7 +311,7 @@ def _token(host:str, token:str|None, where:str) -> str|None:
     ("`token` checked: a `UserError` if a server open to the network has none, or if it "
      "is too short to be a secret.")
     token = token or None
-    if token is None and not _is_loopback(host): raise UserError(
+    if token is None and not is_loopback(host): raise UserError(
         f"no token for a server listening on {host}, which other machines can reach", where,
         'give --token (or set REACH_MCP_TOKEN) to a secret of 16 characters or more; clients send '
         '"Authorization: Bearer <token>". Or listen on 127.0.0.1')

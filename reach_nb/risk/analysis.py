@@ -13,12 +13,13 @@ from ..agents import react
 
 # %% auto #0
 __all__ = ['PAST', 'CATALOGUE', 'FIGURES', 'PICKS', 'SPIKE_QUESTION', 'SURVEY_QUESTION', 'PROCEDURE_STEPS', 'PLANS', 'ROUNDS',
-           'PHASE_TOOLS', 'ANSWERS', 'Seen', 'read_observations', 'policy_note', 'read_progress', 'read_kept',
-           'read_period', 'period_dates', 'Ask', 'read_ask', 'beyond_data', 'Question', 'read_question', 'say',
-           'cannot_simulate', 'last_seen', 'search_seen', 'task_steps', 'md_table', 'data_range', 'window',
+           'PHASE_TOOLS', 'ANSWERS', 'AGENT_SAYS', 'Seen', 'read_observations', 'policy_note', 'read_progress',
+           'read_kept', 'read_period', 'period_dates', 'Ask', 'read_ask', 'beyond_data', 'Question', 'read_question',
+           'say', 'cannot_simulate', 'last_seen', 'search_seen', 'task_steps', 'md_table', 'data_range', 'window',
            'call_reply', 'look_at_data', 'describe_transactions', 'read_playbook', 'check_operators',
            'procedure_purpose', 'make_procedure', 'make_task', 'run_it', 'read_results', 'together', 'current_round',
-           'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude', 'ask_reply', 'answer_ask', 'next_reply']
+           'plan_reply', 'gather', 'spike_answer', 'survey_answer', 'conclude', 'ask_reply', 'answer_ask',
+           'newest_question', 'next_reply']
 
 # %% ../../nbs/45_analysis.ipynb #0fa183ff
 @dataclass
@@ -975,10 +976,18 @@ def answer_ask(a:Ask, seen:list[Seen], reason:str|None=None) -> dict:
             'answer': text}
 
 # %% ../../nbs/45_analysis.ipynb #f0e7188b
+# what an agent itself sends the model as a user message: results, a correction, the step limit
+AGENT_SAYS = ('Observation for ', 'Your last reply could not be used', 'The step limit is reached')
+
+def newest_question(messages:list[dict]) -> str:
+    ("The newest user message the agent did not write itself: in a conversation, this turn's question "
+     "(earlier turns come before it).")
+    texts = [m['content'] for m in messages if m.get('role') == 'user' and isinstance(m.get('content'), str)]
+    return next((t for t in reversed(texts) if not t.startswith(AGENT_SAYS)), texts[0] if texts else '')
+
 def _question(messages:list[dict]) -> str:
-    "The question: the first user message, without the note a context policy put after it."
-    text = next((m['content'] for m in messages if m.get('role') == 'user' and isinstance(m.get('content'), str)), '')
-    return policy_note(text)[0]
+    "The question: the newest one asked, without the note a context policy put after it."
+    return policy_note(newest_question(messages))[0]
 
 def _told_to_answer(messages:list[dict]) -> bool:
     "Has the agent said that no more tools may be called (the step limit)?"

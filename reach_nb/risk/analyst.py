@@ -13,7 +13,7 @@ from ..agents import dag, plan_execute, rewoo, router
 from ..llm.models import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
 from .analysis import PLANS, PROCEDURE_STEPS, Question, Seen, call_reply, cannot_simulate, conclude
 from .analysis import data_range, last_seen, next_reply, procedure_purpose, read_observations
-from .analysis import read_question, say, search_seen, task_steps, window
+from .analysis import newest_question, read_question, say, search_seen, task_steps, window
 
 # %% auto #0
 __all__ = ['LOOKUPS', 'ROLES', 'asked', 'seen_in_steps', 'seen_in_results', 'seen_in_evidence', 'seen_in_history', 'Ref', 'Move',
@@ -27,13 +27,15 @@ def _system(messages:list[dict]) -> str: return next((_content(m) for m in messa
 def _user(messages:list[dict]) -> str: return next((_content(m) for m in messages if m.get('role') == 'user'), '')
 
 def asked(messages:list[dict]) -> str:
-    "The question in any role's prompt: a line 'Question: ...' (to the next blank line), else the first user message."
-    for text in (_content(m) for m in messages if m.get('role') == 'user'):
+    ("The question in any role's prompt: a line 'Question: ...' (to the next blank line), else the newest user "
+     "message that the agent did not write itself (in a conversation, the question of this turn).")
+    texts = [_content(m) for m in messages if m.get('role') == 'user']
+    for text in texts:
         at = 0 if text.startswith('Question: ') else text.find('\nQuestion: ') + 1
         if at or text.startswith('Question: '):
             end = text.find('\n\n', at)
             return text[at + 10:end if end >= 0 else None].strip()
-    return _user(messages)
+    return newest_question(messages)
 
 # %% ../../nbs/46_sim_analyst.ipynb #f046950c
 def _seen_of(tool:str, call:str, ok:bool, text:str, error:str|None=None) -> list[Seen]:

@@ -45,7 +45,9 @@ def _usage(u) -> list:
     return [agui.TokenUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
                             total_tokens=u.total_tokens)]
 
-# %% ../../nbs/80_wire.ipynb #af510042
+# %% ../../nbs/80_wire.ipynb #125396b2
+_IN_STEP = {'step_start', 'token', 'model_output', 'safeguard', 'tool_start', 'tool_end'}  # events of one step
+
 class AGUIWire(Wire):
     "reach_nb's events as AG-UI protocol events (see the table above)."
     def __init__(self, run_id:str, session_id:str):
@@ -53,22 +55,30 @@ class AGUIWire(Wire):
         self.open = {}  # step index -> the id of its reasoning message, while it is open
         self.calls = {}  # (step index, call key) -> tool call ids not yet answered
         self.state = {'steps': 0, 'tool_calls': 0, 'usage': {}}
+        self.begun = set()  # the steps whose STEP_STARTED was sent
 
     def _mid(self, kind:str, i:int, k:int=0) -> str: return f"{self.run_id}-{kind}{i}" + (f"-{k}" if k else '')
 
     def feed(self, e) -> list[WireEvent]:
         f = getattr(self, f"_{e.type}", None)
         evs = f(e) if f else [agui.CustomEvent(name=f"reach.{e.type}", value=e.model_dump(mode='json'))]
-        return [_agui(x) for x in evs]
+        return [_agui(x) for x in self._begun(e) + evs]
 
-# %% ../../nbs/80_wire.ipynb #69efef52
+    def _begun(self, e) -> list:
+        "`STEP_STARTED` for the step an event belongs to, if it is the step's first event (not every step calls the model)."
+        i = e.step.index if e.type == 'step_end' else getattr(e, 'index', None) if e.type in _IN_STEP else None
+        if i is None or i in self.begun: return []
+        self.begun.add(i)
+        return [agui.StepStartedEvent(step_name=f"step {i}")]
+
+# %% ../../nbs/80_wire.ipynb #4b4cf1c1
 def _run_start(self:AGUIWire, e:RunStart) -> list:
     parent = e.meta.get('parent')
     return [agui.RunStartedEvent(thread_id=self.session_id, run_id=self.run_id,
                                  parent_run_id=parent if isinstance(parent, str) else None,
                                  metadata={'agent': e.agent, 'model': e.model, 'question': e.question})]
 
-def _step_start(self:AGUIWire, e:StepStart) -> list: return [agui.StepStartedEvent(step_name=f"step {e.index}")]
+def _step_start(self:AGUIWire, e:StepStart) -> list: return []  # its STEP_STARTED comes from `_begun`
 
 def _step_end(self:AGUIWire, e:StepEnd) -> list:
     self.state['steps'] += 1
@@ -147,7 +157,7 @@ def _run_end(self:AGUIWire, e:RunEnd) -> list:
 
 AGUIWire._run_end = _run_end
 
-# %% ../../nbs/80_wire.ipynb #d881f2ca
+# %% ../../nbs/80_wire.ipynb #e1a8d918
 class BlocksWire(Wire):
     "reach_nb's events as content blocks: text, tool calls and results, then the final output or an error."
     def __init__(self, run_id:str, session_id:str):
@@ -166,7 +176,7 @@ class BlocksWire(Wire):
         f = getattr(self, f"_{e.type}", None)
         return f(e) if f else []
 
-# %% ../../nbs/80_wire.ipynb #d18219f2
+# %% ../../nbs/80_wire.ipynb #76a07dd0
 def _text(s:str) -> dict: return {'type': 'text_delta', 'text': s}
 
 def _b_run_start(self:BlocksWire, e:RunStart) -> list:
@@ -189,7 +199,7 @@ def _b_model_output(self:BlocksWire, e:ModelOutput) -> list:
 
 for _f in (_b_run_start, _b_token, _b_model_output): setattr(BlocksWire, _f.__name__.replace('_b', ''), _f)
 
-# %% ../../nbs/80_wire.ipynb #6dc24f7b
+# %% ../../nbs/80_wire.ipynb #b2338948
 def _b_tool_start(self:BlocksWire, e:ToolStart) -> list:
     use = {'type': 'tool_use', 'id': e.call.id or f"{self.run_id}-c{self.n}", 'name': e.call.tool, 'input': {}}
     return self._block(use, {'type': 'input_json_delta', 'partial_json': json.dumps(e.call.args, ensure_ascii=False)})
@@ -215,7 +225,7 @@ def _b_run_end(self:BlocksWire, e:RunEnd) -> list:
 
 for _f in (_b_tool_start, _b_tool_end, _b_stage, _b_run_end): setattr(BlocksWire, _f.__name__.replace('_b', ''), _f)
 
-# %% ../../nbs/80_wire.ipynb #23714130
+# %% ../../nbs/80_wire.ipynb #bf599a60
 _WIRES = {'reach': ReachWire, 'ag-ui': AGUIWire, 'blocks': BlocksWire}
 
 def make_wire(vocabulary:str, # one of `VOCABULARIES`
