@@ -127,3 +127,63 @@ def jupyterlab(root:Path, # the folder JupyterLab serves
         _wait_ready(proc, f'{base}/api/status?token={TOKEN}', log, timeout)
         yield base
     finally: _stop(proc)
+
+
+# The contrast of every visible text, from the computed styles (WCAG 2 relative luminance), for the page tests.
+CONTRAST = r"""root => {
+  const parse = c => {
+    let m = /^rgba?\(([^)]*)\)$/.exec(c);
+    if (m) { const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; }
+    m = /^color\(srgb ([^)]*)\)$/.exec(c);
+    if (m) { const p = m[1].split(/[\s\/]+/).filter(Boolean).map(Number); return [p[0] * 255, p[1] * 255, p[2] * 255, p.length > 3 ? p[3] : 1]; }
+    return null;
+  };
+  const over = (top, under) => [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]);
+  const canvas = () => matchMedia('(prefers-color-scheme: dark)').matches ? [18, 18, 18, 1] : [255, 255, 255, 1];
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c === null) return null;
+      if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    return layers.reduceRight((under, top) => over(top, under), canvas());
+  };
+  const lum = c => c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                                .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const out = [], seen = new Set(), walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const el = walk.currentNode.parentElement;
+    if (!walk.currentNode.textContent.trim() || seen.has(el)) continue;
+    seen.add(el);
+    if (!el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})) continue;
+    const r = el.getBoundingClientRect();
+    if (!r.width || !r.height) continue;
+    const cs = getComputedStyle(el), bg = background(el), fg = parse(cs.color);
+    const what = {text: walk.currentNode.textContent.trim().slice(0, 50), tag: el.tagName, cls: String(el.className),
+                  color: cs.color, background: bg && `rgb(${bg.slice(0, 3).map(Math.round)})`};
+    if (!bg || !fg) { out.push({...what, ratio: 0}); continue; }
+    const [a, b] = [lum(over(fg, bg)), lum(bg)].sort((x, y) => y - x);
+    out.push({...what, ratio: (a + 0.05) / (b + 0.05)});
+  }
+  return out;
+}"""
+
+
+def low_contrast(page, root_selector:str='body') -> tuple[int, list[dict]]:
+    "How many visible texts were checked, and those with a contrast below 4.5:1 (worst first)."
+    found = page.locator(root_selector).first.evaluate(CONTRAST)
+    bad = sorted((t for t in found if t['ratio'] < 4.5), key=lambda t: t['ratio'])
+    return len(found), bad
+
+
+def open_page(browser, url:str, scheme:str='light', width:int=1280):
+    "A fresh page at `url` in `scheme`; its console errors and page errors are collected in `page.errors`."
+    ctx = browser.new_context(viewport={'width': width, 'height': 900}, color_scheme=scheme)
+    page = ctx.new_page()
+    page.errors = []
+    page.on('console', lambda m: m.type == 'error' and page.errors.append(m.text))
+    page.on('pageerror', lambda e: page.errors.append(str(e)))
+    page.on('dialog', lambda d: (page.errors.append(f'dialog: {d.message}'), d.dismiss()))
+    page.goto(url)
+    return page
