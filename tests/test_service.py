@@ -266,3 +266,31 @@ def test_a_bad_option_is_one_error_line(tmp_path, small_db, args, said):
     r = subprocess.run([REACH, 'serve', '--model', 'sim-analyst', '--port', str(free_port()), *args], cwd=tmp_path,
                        capture_output=True, text=True, timeout=60, env=clean_env(REACH_DATA_DB=str(small_db)))
     assert r.returncode == 2 and r.stderr.startswith(said) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_each_agent_is_an_mcp_tool_for_its_token(tmp_path, small_db):
+    "The `mcp` SDK's own client, over streamable HTTP with a bearer token: the tools, a question, its run stored."
+    import anyio
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    auth = lambda t: {'Authorization': f'Bearer {t}'}
+
+    async def session(url, token):
+        import httpx2
+        async with httpx2.AsyncClient(headers=auth(token), timeout=120) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as c:
+                tools = [t.name for t in (await c.list_tools()).tools]
+                said = await c.call_tool('ask_react', {'question': 'How many games are there?', 'session_id': 'm-1'})
+                bad = await c.call_tool('ask_dag', {'question': 'x' * 5000})
+        return tools, said, bad
+
+    with service(tmp_path, small_db, '--model', 'sim-analyst', '--token', ALICE, '--token', BOB) as (base, _):
+        tools, said, bad = anyio.run(session, f'{base}/mcp', ALICE)
+        anon = httpx.post(f'{base}/mcp', json={'jsonrpc': '2.0', 'id': 1, 'method': 'tools/list'})
+        alices = httpx.get(f'{base}/v1/sessions/m-1', headers=auth(ALICE)).json()
+        bobs = httpx.get(f'{base}/v1/sessions/m-1', headers=auth(BOB))
+    assert tools == [f"ask_{a.replace('-', '_')}" for a in AGENTS]
+    assert not said.is_error and said.content[0].text.startswith('The games dataset has 6 rows.')
+    assert bad.is_error and 'at most 4000 characters' in bad.content[0].text
+    assert anon.status_code == 401 and anon.json()['error']['code'] == 'unauthorized'
+    assert len(alices['runs']) == 1 and bobs.status_code == 404
