@@ -15,8 +15,8 @@ from .llm.models import MODELS, ModelNotConfigured, OpenAIChat, get_model
 # %% auto #0
 __all__ = ['app', 'bench_app', 'data_app', 'mcp_app', 'format_event', 'print_events', 'print_run', 'ask', 'demo', 'resume_cmd',
            'runs_cmd', 'show_cmd', 'serve_model', 'serve_cmd', 'mcp_serve', 'data_build', 'bench_loop_cmd',
-           'bench_data_cmd', 'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'bench_bfcl_cmd', 'eval_cmd',
-           'main']
+           'bench_data_cmd', 'bench_context_cmd', 'bench_recall_cmd', 'bench_agents_cmd', 'bench_serve_cmd',
+           'bench_bfcl_cmd', 'eval_cmd', 'main']
 
 # %% ../nbs/99_cli.ipynb #3f36c9e2
 def _clip(s:str, n:int=600) -> str:
@@ -764,15 +764,26 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
               token:Optional[list[str]] = typer.Option(None, '--token', help='A bearer token clients may '
                                                        'send; repeat for several (also REACH_TOKENS).'),
               store:Optional[str] = typer.Option(None, help='The session store: a SQLite file (default: '
-                                                            "the trace folder's) or redis://HOST:PORT/DB.")):
+                                                            "the trace folder's) or redis://HOST:PORT/DB."),
+              max_runs:int = typer.Option(64, help='Runs at once, in all.'),
+              max_runs_per_token:int = typer.Option(8, help='Runs at once per token.'),
+              rate:float = typer.Option(20.0, help='Requests a second per token (bursts of twice as many).'),
+              latency:float = typer.Option(0.0, help="Seconds the model waits before each answer, as a hosted "
+                                                     "model would (for demos and load tests).")):
     "Serve every agent over HTTP: start runs, stream their events (SSE), read sessions, cancel, reply, fork."
     import uvicorn
+    from reach_nb.llm.models import LatencyLLM
     from reach_nb.service.app import Service, check_bind, create_app
     s = _settings(base_url=base_url)
     tokens = _tokens(token)
     check_bind(host, tokens)
+    for v, o in ((max_runs, '--max-runs'), (max_runs_per_token, '--max-runs-per-token')): _at_least(v, 1, o)
+    _at_least(rate, 0.1, '--rate'); _at_least(latency, 0, '--latency')
+    llm = _model_or_stand_in(model, s)
+    if latency: llm = LatencyLLM(llm, per_call=latency, per_token=0)
     sessions = _store(store)
-    svc = Service(_model_or_stand_in(model, s), sessions, db=_dataset(), tokens=tokens, settings=s)
+    svc = Service(llm, sessions, db=_dataset(), tokens=tokens, settings=s, max_runs=max_runs,
+                  max_runs_per_owner=max_runs_per_token, rate=rate)
     web = create_app(svc, host)
     sock = _listening(host, port)
     where = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
@@ -934,6 +945,16 @@ def bench_agents_cmd(per_call:float = typer.Option(0.8, help=_BENCH_HELP['per_ca
                         "separated by commas, e.g. --agents react,rewoo,dag")
     bench_agents_cli(_question(question, None) if question is not None else SPIKE_QUESTION, names,
                      per_call, per_token, chart.absolute() if chart is not None else None)
+
+# %% ../nbs/99_cli.ipynb #be5e0001
+@bench_app.command('serve')
+def bench_serve_cmd(streams:int = typer.Option(200, help='Runs at once, each streamed by its own client.'),
+                    per_call:float = typer.Option(0.5, help="Seconds the model waits before each answer.")):
+    ("Many streams at once against reach serve, beside the same runs in-process: first-event latency, events a "
+     "second, cross-talk, memory.")
+    from reach_nb.bench.serve import bench_serve_cli
+    _at_least(streams, 1, '--streams'); _at_least(per_call, 0, '--per-call')
+    bench_serve_cli(streams, per_call)
 
 # %% ../nbs/99_cli.ipynb #869c2ec3
 _BFCL_HELP = dict(

@@ -168,9 +168,15 @@ def _hints(fn) -> dict:
     except Exception:
         return {k: v for k, v in getattr(fn, '__annotations__', {}).items() if not isinstance(v, str)}
 
+_DOCS, _DOCS_MAX = {}, 4096  # code object -> its parameters' comments: a function made again is not parsed again
+
 def _docs(fn) -> dict:
-    try: return {k: v for k, v in docments(fn).items() if v}
-    except Exception: return {}
+    code = getattr(inspect.unwrap(fn), '__code__', None)
+    if code in _DOCS: return _DOCS[code]
+    try: found = {k: v for k, v in docments(fn).items() if v}
+    except Exception: found = {}
+    if code is not None and len(_DOCS) < _DOCS_MAX: _DOCS[code] = found
+    return found
 
 def _params(fn) -> tuple[list[_Param], bool]:
     "The keyword-callable parameters of `fn`, and whether it also takes `**kwargs`."
