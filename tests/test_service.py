@@ -294,3 +294,64 @@ def test_each_agent_is_an_mcp_tool_for_its_token(tmp_path, small_db):
     assert bad.is_error and 'at most 4000 characters' in bad.content[0].text
     assert anon.status_code == 401 and anon.json()['error']['code'] == 'unauthorized'
     assert len(alices['runs']) == 1 and bobs.status_code == 404
+
+
+def test_two_workers_share_a_redis_store_and_a_killed_one_is_carried_on(tmp_path, small_db):
+    "Two `reach serve` over one real redis-server: B streams A's run live; A is killed; B ends the stream, resumes."
+    import threading
+    from collections import Counter
+    from redis_server import redis_server
+    with served('sim-analyst', '--latency', '1.0') as slower, redis_server(tmp_path/'redis') as r:
+        opts = ('--model', 'openai:sim-analyst', '--base-url', slower)
+        store = ('--store', r.url)
+        with service(tmp_path, small_db, *opts, *store) as (a, proc_a), service(tmp_path, small_db, *opts, *store) as (b, _):
+            seen_b = []
+            with httpx.stream('POST', f'{a}/v1/runs', json={'question': SPIKE_QUESTION, 'on_disconnect': 'continue'},
+                              timeout=120) as resp:
+                run_id = resp.headers['reach-run-id']
+                def watch():
+                    with httpx.stream('GET', f'{b}/v1/runs/{run_id}/events', timeout=120) as w:
+                        buf = []
+                        for line in w.iter_lines():
+                            buf.append(line)
+                            if line == '': seen_b.extend(sse(buf)); buf = []
+                watcher = threading.Thread(target=watch)
+                watcher.start()
+                for line in resp.iter_lines():
+                    if line == 'event: tool_end': break
+                deadline = time.monotonic() + 30
+                while not any(x['event'] == 'tool_end' for x in seen_b) and time.monotonic() < deadline: time.sleep(0.05)
+                os.kill(proc_a.pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            watcher.join(60)
+            ended_in = time.monotonic() - t0
+            resumed = httpx.post(f'{b}/v1/runs/{run_id}/resume', json={'stream': False}, timeout=180).json()
+            again = httpx.post(f'{b}/v1/runs/{run_id}/resume', json={'stream': False}, timeout=10)
+            fresh = httpx.post(f'{b}/v1/runs', json={'question': SPIKE_QUESTION, 'stream': False}, timeout=180).json()
+            stored = events_of(b, run_id)
+    assert not watcher.is_alive() and ended_in < 30, ended_in  # an error end, not a hang
+    assert seen_b[-1]['event'] == 'run_end' and seen_b[-1]['data']['meta'] == {'orphaned': True}
+    assert sum(x['event'] == 'tool_end' for x in seen_b) >= 1  # B followed A's run while it ran
+    assert resumed['run_id'] == run_id and resumed['stop_reason'] == 'answer' and resumed['status'] == 'finished'
+    assert resumed['answer'] == fresh['answer']
+    assert again.status_code == 409 and again.json()['error']['code'] == 'finished'
+    done = Counter(json.dumps(x['data']['call'], sort_keys=True) for x in stored if x['event'] == 'tool_end')
+    assert done and max(done.values()) == 1, done  # no finished call ran again
+    assert sum(done.values()) == fresh['usage']['tool_calls']
+
+
+def test_a_fork_is_a_new_run_of_its_owner(tmp_path, small_db):
+    auth = {'Authorization': f'Bearer {ALICE}'}
+    with service(tmp_path, small_db, '--model', 'sim-analyst', '--token', ALICE) as (base, _):
+        first = httpx.post(f'{base}/v1/runs', json={'question': SPIKE_QUESTION, 'stream': False, 'session_id': 'f-1'},
+                           headers=auth, timeout=120).json()
+        forked = httpx.post(f"{base}/v1/runs/{first['run_id']}/fork", json={'step': 3, 'stream': False},
+                            headers=auth, timeout=120)
+        bad = httpx.post(f"{base}/v1/runs/{first['run_id']}/fork", json={'step': 99, 'stream': False},
+                         headers=auth, timeout=60)
+        session = httpx.get(f'{base}/v1/sessions/f-1', headers=auth).json()
+    assert forked.status_code == 200, forked.text
+    f = forked.json()
+    assert f['parent'] == first['run_id'] and f['stop_reason'] == 'answer' and f['answer'] == first['answer']
+    assert [r['run_id'] for r in session['runs']] == [first['run_id'], f['run_id']]
+    assert bad.status_code == 400 and bad.json()['error']['code'] == 'bad_request' and 'step 99' in bad.text

@@ -55,14 +55,20 @@ def wide(page) -> int:
 @pytest.mark.parametrize('width', [800, 1280])
 def test_watch_a_run_to_its_answer(browser, site, scheme, width):
     page = open_page(browser, site + '/', scheme, width)
+    # the running step's pieces show before its card: count the times the live area, shown, is hidden again
+    # (a record with no old value: `hidden` was added where it was absent)
+    page.evaluate("""() => { window.liveShown = 0;
+        new MutationObserver(rs => { window.liveShown += rs.filter(r => r.oldValue === null).length; })
+          .observe(document.querySelector('#live'), {attributes: true, attributeFilter: ['hidden'],
+                                                     attributeOldValue: true}); }""")
     ask(page)
-    page.wait_for_selector('#live:not([hidden])', timeout=WAIT)  # the running step's pieces, before its card
     page.wait_for_selector('#steps .reach-step', timeout=WAIT)
     page.wait_for_selector('#end .reach-answer, #end *', timeout=WAIT)
     page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('Finished')", timeout=WAIT)
     assert page.text_content('#status') == 'Finished: answer'
     assert 'c09' in page.text_content('#end')
     assert page.locator('#steps .reach-step').count() >= 3
+    assert page.evaluate('window.liveShown') >= 1  # shown while a step ran, hidden when its card came
     assert page.get_attribute('html', 'data-theme') == scheme
     checked, low = low_contrast(page)
     assert checked > 20 and not low, low[:5]

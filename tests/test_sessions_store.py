@@ -216,3 +216,17 @@ def test_resume_helpers_on_a_stored_crash(store):
 def test_open_store_picks_the_store_by_url(tmp_path, redis_url):
     with open_store(tmp_path/'a.sqlite') as s: assert isinstance(s, SQLiteSessionStore)
     with open_store(redis_url) as s: assert isinstance(s, RedisSessionStore) and s.sessions() is not None
+
+
+def test_a_lease_runs_out_unless_renewed(opener):
+    "Who makes a run: a lease one handle takes is seen by another, renewed it lasts, left alone it runs out."
+    import time
+    a, b = opener(), opener()
+    rid = a.new_run('alice', question='q')
+    assert b.leased(rid) is None
+    a.lease(rid, 'worker-1', ttl=0.5)
+    assert b.leased(rid) == 'worker-1'
+    time.sleep(0.3); a.lease(rid, 'worker-1', ttl=0.5); time.sleep(0.3)
+    assert b.leased(rid) == 'worker-1'
+    time.sleep(0.4)
+    assert b.leased(rid) is None

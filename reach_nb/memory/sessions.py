@@ -560,6 +560,43 @@ def delete_session(self:RedisSessionStore, session_id:str):
 
 _concrete(RedisSessionStore)
 
+# %% ../../nbs/30_sessions.ipynb #1ea5e002
+@patch
+def lease(self:SessionStore, run_id:str, # the run this process is making
+          worker:str, # who makes it, e.g. 'host:pid:port'
+          ttl:float=10.0): # seconds the lease lasts unless renewed
+    "Hold (or renew) the lease on making run `run_id` for `ttl` seconds."
+
+@patch
+def leased(self:SessionStore, run_id:str) -> str|None:
+    "The worker whose lease on run `run_id` has not run out, or None."
+    return None
+
+# %% ../../nbs/30_sessions.ipynb #1ea5e003
+_LEASES = "CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, worker TEXT NOT NULL, until REAL NOT NULL);"
+
+@patch
+def lease(self:SQLiteSessionStore, run_id:str, worker:str, ttl:float=10.0):
+    with self._write() as con:
+        con.execute(_LEASES)
+        con.execute('INSERT OR REPLACE INTO leases VALUES (?, ?, ?)', (run_id, worker, time.time() + ttl))
+
+@patch
+def leased(self:SQLiteSessionStore, run_id:str) -> str|None:
+    with self._lock, self._told():
+        con = self._db()
+        con.execute(_LEASES)
+        row = con.execute('SELECT worker FROM leases WHERE run_id = ? AND until > ?', (run_id, time.time())).fetchone()
+    return row[0] if row else None
+
+@patch
+def lease(self:RedisSessionStore, run_id:str, worker:str, ttl:float=10.0):
+    self.r.set(f"{self.prefix}lease:{{{run_id}}}", worker, px=max(1, int(ttl * 1000)))
+
+@patch
+def leased(self:RedisSessionStore, run_id:str) -> str|None:
+    return self.r.get(f"{self.prefix}lease:{{{run_id}}}")
+
 # %% ../../nbs/30_sessions.ipynb #67991010
 def open_store(where:str|Path|None=None) -> SessionStore:
     ("The store at `where`: a `redis://`, `rediss://` or `unix://` URL, a path or `sqlite://path`, "
@@ -630,7 +667,8 @@ def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as i
          agent, # the agent that carries on (the run's architecture and tools; its model answers from `step` on)
          model_output=None, # the model's reply at `step` instead (a str or LLMResponse)
          observation:str|list[str]|None=None, # what the call(s) at `step` returned instead
-         on_event:Callable|None=None) -> str: # called with each event once it is stored
+         on_event:Callable|None=None, # called with each event once it is stored
+         meta:dict|None=None) -> str: # labels for the new run, kept in its `RunInfo` and its `run_start` event
     ("Fork run `run_id` at `step` into a new run of the same session; returns the new run's **id** "
      "(`fork_run`: the run).")
     info = store._need(run_id, 'fork')
@@ -643,8 +681,8 @@ def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as i
         raise ValueError(f"Error: cannot fork run {run_id[:12]} at "
                          f"step {step} in fork: {e}") from None
     log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id,
-                         fork_step=step)
-    labels = {'run_id': log.run_id, 'session_id': info.session_id}
+                         fork_step=step, meta=meta)
+    labels = {**(meta or {}), 'run_id': log.run_id, 'session_id': info.session_id}
     events = (_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels,
                                                  **kw) if own else
               fork_events(agent, run, step, parent=run_id, meta=labels, after=log.tool_done, **kw))
