@@ -2281,6 +2281,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                       'reach_nb/service/app.py'),
                                       'reach_nb.service.app._Streamed': ('service.html#_streamed', 'reach_nb/service/app.py'),
                                       'reach_nb.service.app._TooLarge': ('service.html#_toolarge', 'reach_nb/service/app.py'),
+                                      'reach_nb.service.app._TooSlow': ('service.html#_tooslow', 'reach_nb/service/app.py'),
                                       'reach_nb.service.app._admit': ('service.html#_admit', 'reach_nb/service/app.py'),
                                       'reach_nb.service.app._agent_kw': ('service.html#_agent_kw', 'reach_nb/service/app.py'),
                                       'reach_nb.service.app._agent_tool': ('service.html#_agent_tool', 'reach_nb/service/app.py'),

@@ -429,26 +429,36 @@ async def answer(self:Service, live:LiveRun, req:_Streamed):
 
 Service.answer = answer
 
-# %% ../../nbs/81_service.ipynb #a0fb0bb4
-class _TooLarge(Exception): pass
+# %% ../../nbs/81_service.ipynb #23e1173f
+# raised inside the app's body reading, which turns any Exception into its own 400: these get through to BodyCap
+class _TooLarge(BaseException): pass
+class _TooSlow(BaseException): pass
 
 class BodyCap:
-    "ASGI middleware: a request body over `limit` bytes is answered 413, before it is read whole."
-    def __init__(self, app, limit:int=MAX_BODY_BYTES): self.app, self.limit = app, limit
+    ("ASGI middleware: a request body over `limit` bytes is answered 413, before it is read whole; one that "
+     "stalls for `timeout` seconds, 408.")
+    def __init__(self, app, limit:int=MAX_BODY_BYTES, timeout:float=10.0):
+        self.app, self.limit, self.timeout = app, limit, timeout
 
     async def __call__(self, scope, receive, send):
         if scope['type'] != 'http': return await self.app(scope, receive, send)
         length = dict(scope.get('headers') or []).get(b'content-length', b'0')
         if not length.isdigit() or int(length) > self.limit: return await self._refuse(scope, receive, send)
-        seen = 0
+        seen, reading = 0, True  # a chunked body has no length: it is counted as it comes
         async def capped():
-            nonlocal seen
-            m = await receive()
+            nonlocal seen, reading
+            if not reading: return await receive()  # the body is read: what comes now is the disconnect
+            try: m = await asyncio.wait_for(receive(), self.timeout)
+            except asyncio.TimeoutError: raise _TooSlow() from None
             seen += len(m.get('body', b''))
+            reading = m['type'] == 'http.request' and m.get('more_body', False)
             if seen > self.limit: raise _TooLarge()
             return m
         try: await self.app(scope, capped, send)
         except _TooLarge: await self._refuse(scope, receive, send)
+        except _TooSlow:
+            r = error_response(408, 'too_slow', f"the request body stalled for {self.timeout:g} s: send it at once")
+            await r(scope, receive, send)
 
     async def _refuse(self, scope, receive, send):
         r = error_response(413, 'too_large', f"the request body is over {self.limit} bytes (or its length is bad)")
@@ -655,9 +665,10 @@ def check_bind(host:str, tokens) -> None:
         raise UserError(f"no token for a service listening on {host}, which other machines can reach",
                         'option --host', 'give --token (or REACH_TOKENS), or listen on 127.0.0.1')
 
-# %% ../../nbs/81_service.ipynb #f7a31f18
+# %% ../../nbs/81_service.ipynb #3a591e82
 def create_app(svc:Service, # what the app serves
-               host:str='127.0.0.1') -> FastAPI: # the address it is served on: with no tokens, a loopback one
+               host:str='127.0.0.1', # the address it is served on: with no tokens, a loopback one
+               body_timeout:float=10.0) -> FastAPI: # seconds a request body may stall
     "The service's ASGI app: the `/v1` endpoints, OpenAPI at `/openapi.json`, errors in one JSON shape."
     check_bind(host, svc.tokens)
     app = FastAPI(title='reach_nb service', version=__version__, lifespan=_mcp_lifespan(svc),
@@ -668,7 +679,7 @@ def create_app(svc:Service, # what the app serves
     _page_route(app)
     app.router.routes.append(Route('/mcp', endpoint=_MCPEndpoint(svc, app), methods=['GET', 'POST', 'DELETE']))
     if not svc.tokens: app.add_middleware(LoopbackHosts, host=host)
-    app.add_middleware(BodyCap)
+    app.add_middleware(BodyCap, timeout=body_timeout)
     return app
 
 # %% ../../nbs/81_service.ipynb #5d033e50
