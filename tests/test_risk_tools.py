@@ -18,6 +18,11 @@ def generated(tmp_path_factory):
     "A 200,000-row dataset from reach_nb.risk.data."
     return build_dataset(tmp_path_factory.mktemp('gen')/'risk.duckdb', rows=200_000)
 
+@pytest.fixture
+def workspace(tiny, tmp_path):
+    "A workspace over the tiny dataset, closed after the test: DuckDB keeps one configuration per open file."
+    with RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path) as ws: yield ws
+
 def _python(code:str, timeout=120) -> str:
     "Run `code` in a fresh interpreter; its stdout."
     r = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
@@ -71,9 +76,9 @@ def test_time_limit_gives_a_clear_error_and_the_connection_survives(generated, t
     assert "'everything 2026-05-01..2026-06-30' done" in out and '[1] concentration: amount ' in out, out
     assert ws.db.run("SELECT count(*) FROM transactions").rows[0][0] > 190_000
 
-def test_read_only_and_injection(tiny, tmp_path):
+def test_read_only_and_injection(tiny, workspace):
     before = table_checksums(tiny)
-    ws = RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path)
+    ws = workspace
     for sql in ["DROP TABLE fraud_labels", "INSERT INTO transactions (txn_id) VALUES (-1)", "CREATE TABLE x AS SELECT 1"]:
         with pytest.raises(duckdb.Error, match='read-only'): ws.db.con.execute(sql)
     reg = risk_registry(ws)
@@ -88,8 +93,8 @@ def test_read_only_and_injection(tiny, tmp_path):
     assert not bad.ok and 'unknown filter column' in bad.content
     assert table_checksums(tiny) == before
 
-def test_the_ground_truth_is_invisible(tiny, tmp_path):
-    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+def test_the_ground_truth_is_invisible(workspace):
+    reg = risk_registry(workspace)
     listed = reg.call('list_datasets', {}).content + reg.call('list_operators', {}).content + reg.call('describe_dataset', {'dataset': 'transactions'}).content
     assert 'fraud' not in listed and 'incident' not in listed and 'dataset_meta' not in listed
     for name in ['fraud_labels', 'fraud_incidents', 'dataset_meta']:
@@ -101,8 +106,8 @@ def test_the_ground_truth_is_invisible(tiny, tmp_path):
         ob = reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'aggregate', 'params': {'by': [col]}}]})
         assert not ob.ok and 'unknown dimension' in ob.content
 
-def test_schemas_have_no_self(tiny, tmp_path):
-    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+def test_schemas_have_no_self(workspace):
+    reg = risk_registry(workspace)
     assert len(reg) == 9
     for s in reg.schemas():
         assert 'self' not in s['function']['parameters']['properties'] and s['function']['description']
@@ -146,8 +151,8 @@ def test_bench_settings_go_in_before_the_lock(tiny):
     r = _reach_side(str(tiny), settings={'threads': 1, 'memory_limit': '200MB'})
     assert r['top5']['channel_id'][0] == 'c05'
 
-def test_hostile_arguments_through_the_registry(tiny, tmp_path):
-    reg = risk_registry(RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path))
+def test_hostile_arguments_through_the_registry(workspace):
+    reg = risk_registry(workspace)
     assert reg.call('CreateAnalysisFlowProcedure', {'name': 'p', 'steps': [{'operator': 'trend'}]}).ok
     ok = {'procedure_id': 'proc_0001', 'start': LAST_WEEK[0], 'end': LAST_WEEK[1]}
     ob = reg.call('create_task', ok | {'start': "2026-06-24' OR 1=1 --"})
@@ -160,8 +165,8 @@ def test_hostile_arguments_through_the_registry(tiny, tmp_path):
     ob = reg.call('run_task', {'task_id': zeros})
     assert not ob.ok and 'is not a task id (too long)' in ob.content and len(ob.content) < 1000
 
-def test_create_task_with_a_task_id_updates_it(tiny, tmp_path):
-    ws = RiskWorkspace(tiny, store=tmp_path/'s.sqlite', kb=tmp_path)
+def test_create_task_with_a_task_id_updates_it(workspace):
+    ws = workspace
     reg = risk_registry(ws)
     reg.call('create_procedure', {'name': 'a', 'steps': [{'operator': 'trend'}]})
     reg.call('create_procedure', {'name': 'b', 'steps': [{'operator': 'velocity'}]})
