@@ -2362,6 +2362,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'reach_nb.service.wire._b_run_end': ('wire.html#_b_run_end', 'reach_nb/service/wire.py'),
                                        'reach_nb.service.wire._b_run_start': ('wire.html#_b_run_start', 'reach_nb/service/wire.py'),
                                        'reach_nb.service.wire._b_stage': ('wire.html#_b_stage', 'reach_nb/service/wire.py'),
+                                       'reach_nb.service.wire._b_stop_text': ('wire.html#_b_stop_text', 'reach_nb/service/wire.py'),
                                        'reach_nb.service.wire._b_token': ('wire.html#_b_token', 'reach_nb/service/wire.py'),
                                        'reach_nb.service.wire._b_tool_end': ('wire.html#_b_tool_end', 'reach_nb/service/wire.py'),
                                        'reach_nb.service.wire._b_tool_start': ('wire.html#_b_tool_start', 'reach_nb/service/wire.py'),
