@@ -779,13 +779,13 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
     check_bind(host, tokens)
     for v, o in ((max_runs, '--max-runs'), (max_runs_per_token, '--max-runs-per-token')): _at_least(v, 1, o)
     _at_least(rate, 0.1, '--rate'); _at_least(latency, 0, '--latency')
+    sock = _listening(host, port)  # a taken port or a bad host is said before anything is made
     llm = _model_or_stand_in(model, s)
     if latency: llm = LatencyLLM(llm, per_call=latency, per_token=0)
     sessions = _store(store)
     svc = Service(llm, sessions, db=_dataset(), tokens=tokens, settings=s, max_runs=max_runs,
                   max_runs_per_owner=max_runs_per_token, rate=rate)
     web = create_app(svc, host)
-    sock = _listening(host, port)
     where = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
     who = f"{len(tokens)} token{'s' * (len(tokens) != 1)}" if tokens else 'no tokens: loopback only'
     print(f"Serving reach_nb's agents at {where} ({who}); API at {where}/docs. Ctrl-C stops it.",
