@@ -37,7 +37,7 @@ from .wire import VOCABULARIES, make_wire
 __all__ = ['MAX_QUESTION_CHARS', 'MAX_BODY_BYTES', 'ID_PATTERN', 'AgentName', 'Key', 'MIN_TOKEN_CHARS', 'RUN_ID_HEADER',
            'ApiError', 'error_response', 'RunRequest', 'ReplyRequest', 'ResumeRequest', 'ForkRequest', 'LiveRun',
            'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner', 'parse_event_id',
-           'sse_events', 'run_json', 'listing', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html', 'page_headers',
+           'sse_events', 'listing', 'run_json', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html', 'page_headers',
            'ask_now', 'check_bind', 'create_app', 'background_server']
 
 # %% ../../nbs/81_service.ipynb #0f99b759
@@ -396,20 +396,19 @@ async def sse_events(self:Service, run_id:str, session_id:str, vocabulary:str,
 
 Service.sse_events = sse_events
 
-# %% ../../nbs/81_service.ipynb #cbed7b9c
-def run_json(self:Service, info:RunInfo) -> dict:
-    "A run as the API shows it: ids, agent, question, status, stop reason, answer, steps, usage, links."
-    run, live = self.store.run(info.run_id), self.live.get(info.run_id)
-    status = 'running' if live is not None and not live.done else info.status
-    return {'run_id': info.run_id, 'session_id': info.session_id, 'agent': info.meta.get('architecture'),
-            'question': info.question, 'status': status, 'stop_reason': run.stop_reason, 'answer': run.answer,
-            'steps': len(run.steps), 'usage': run.usage.model_dump(mode='json'), 'created': info.created,
-            'parent': info.parent, 'events': f"/v1/runs/{info.run_id}/events"}
-
+# %% ../../nbs/81_service.ipynb #826cd165
 def listing(info:RunInfo) -> dict:
     "A run in a list: what its info holds, without folding its events."
     return {'run_id': info.run_id, 'session_id': info.session_id, 'agent': info.meta.get('architecture'),
             'question': info.question, 'status': info.status, 'created': info.created, 'parent': info.parent}
+
+def run_json(self:Service, info:RunInfo) -> dict:
+    "A run as the API shows it: its listing, then how it went: stop reason, answer, steps, usage, its events' link."
+    run, live = self.store.run(info.run_id), self.live.get(info.run_id)
+    status = 'running' if live is not None and not live.done else info.status
+    return {**listing(info), 'status': status, 'stop_reason': run.stop_reason, 'answer': run.answer,
+            'steps': len(run.steps), 'usage': run.usage.model_dump(mode='json'),
+            'events': f"/v1/runs/{info.run_id}/events"}
 
 Service.run_json = run_json
 
