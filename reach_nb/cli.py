@@ -749,10 +749,10 @@ def serve_model(model:str = typer.Option('echo', help=_SERVE_MODEL_HELP),
                     sock=_listening(host, port), **wire_kw)
 
 # %% ../nbs/99_cli.ipynb #5e7e0002
-def _tokens(given:list[str]|None) -> list[str]:
-    "The service's bearer tokens: `--token`s, then `REACH_TOKENS` (comma-separated)."
-    env = [t.strip() for t in os.environ.get('REACH_TOKENS', '').split(',') if t.strip()]
-    return list(dict.fromkeys([*(given or []), *env]))
+def _tokens(given:list[str]|None, s) -> list[str]:
+    "The service's bearer tokens: `--token`s, then the `tokens` setting (`REACH_TOKENS` or settings.ini)."
+    kept = [t.strip() for t in s.tokens.split(',') if t.strip()]
+    return list(dict.fromkeys([*(given or []), *kept]))
 
 @app.command('serve')
 def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen on; other than loopback, '
@@ -762,7 +762,7 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
               base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint of an '
                                                                'openai:NAME model.'),
               token:Optional[list[str]] = typer.Option(None, '--token', help='A bearer token clients may '
-                                                       'send; repeat for several (also REACH_TOKENS).'),
+                                                       'send; repeat for several (also `tokens` in settings.ini or REACH_TOKENS).'),
               store:Optional[str] = typer.Option(None, help='The session store: a SQLite file (default: '
                                                             "the trace folder's) or redis://HOST:PORT/DB."),
               max_runs:int = typer.Option(64, help='Runs at once, in all.'),
@@ -775,7 +775,7 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
     from reach_nb.llm.models import LatencyLLM
     from reach_nb.service.app import Service, check_bind, create_app
     s = _settings(base_url=base_url)
-    tokens = _tokens(token)
+    tokens = _tokens(token, s)
     check_bind(host, tokens)
     for v, o in ((max_runs, '--max-runs'), (max_runs_per_token, '--max-runs-per-token')): _at_least(v, 1, o)
     _at_least(rate, 0.1, '--rate'); _at_least(latency, 0, '--latency')

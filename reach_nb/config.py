@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno, math, os, re, stat
 import yaml
 from importlib import resources
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from .core import UserError
 
@@ -36,6 +36,8 @@ class Settings:
     duckdb_threads: int = 0
     # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
     duckdb_memory_limit: str = '300MB'
+    # the service's bearer tokens, comma-separated (`reach serve --token` adds to them)
+    tokens: str = field(default='', repr=False)
     api_key: str = ''            # only from the environment
 
     @property

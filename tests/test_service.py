@@ -250,12 +250,22 @@ def test_hostile_requests_get_one_error_shape(tmp_path, small_db):
     assert alive.json()['stop_reason'] == 'answer'
 
 
+@pytest.mark.parametrize('env, allowed', [({}, ALICE), ({'REACH_TOKENS': BOB}, BOB)])
+def test_tokens_from_settings_ini_let_a_public_bind_start(tmp_path, small_db, env, allowed):
+    "The `tokens` setting from settings.ini (REACH_TOKENS overrides it) lets the service listen on all addresses."
+    (tmp_path/'settings.ini').write_text(f'[reach]\ntokens = {ALICE}, \n')
+    with service(tmp_path, small_db, '--model', 'sim-analyst', '--host', '0.0.0.0', env=env) as (base, _):
+        codes = {t: httpx.get(f'{base}/v1/runs', headers={'Authorization': f'Bearer {t}'}).status_code
+                 for t in (ALICE, BOB)}
+    assert codes == {t: 200 if t == allowed else 401 for t in (ALICE, BOB)}
+
+
 def test_a_public_bind_needs_tokens(tmp_path, small_db):
     r = subprocess.run([REACH, 'serve', '--host', '0.0.0.0', '--port', str(free_port())], cwd=tmp_path,
                        capture_output=True, text=True, timeout=60, env=clean_env(REACH_DATA_DB=str(small_db)))
     assert r.returncode == 2 and r.stdout == ''
     assert r.stderr.strip() == ('Error: no token for a service listening on 0.0.0.0, which other machines can reach in '
-                                'option --host: give --token (or REACH_TOKENS), or listen on 127.0.0.1')
+                                'option --host: give --token (or the tokens setting, REACH_TOKENS), or listen on 127.0.0.1')
 
 
 @pytest.mark.parametrize('args, said', [

@@ -662,7 +662,7 @@ def check_bind(host:str, tokens) -> None:
     check_tokens(tokens)
     if not tokens and not is_loopback(host):
         raise UserError(f"no token for a service listening on {host}, which other machines can reach",
-                        'option --host', 'give --token (or REACH_TOKENS), or listen on 127.0.0.1')
+                        'option --host', 'give --token (or the tokens setting, REACH_TOKENS), or listen on 127.0.0.1')
 
 # %% ../../nbs/81_service.ipynb #3a591e82
 def create_app(svc:Service, # what the app serves
