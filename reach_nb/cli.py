@@ -850,17 +850,28 @@ def data_build(rows:int = typer.Option(1_000_000,
                path:Optional[Path] = typer.Option(None, help='DuckDB file (default: '
                                                              'data/generated/risk.duckdb).'),
                force:bool = typer.Option(False, help='Rebuild over a reach '
-                                                     'dataset, even a finished one.')):
+                                                     'dataset, even a finished one.'),
+               engine:str = typer.Option('duckdb', help='duckdb, or clickhouse: the DuckDB file, then the same '
+                                                        'rows copied into the embedded ClickHouse (chdb) under '
+                                                        'the data folder.')):
     ("Build a sample risk dataset with injected, labelled fraud patterns (reused "
      "if an identical one is there).")
     from reach_nb.risk.data import build_dataset, read_meta
     _at_least(rows, 1, '--rows'); _at_least(seed, 0, '--seed')
+    if engine not in ('duckdb', 'clickhouse'):
+        raise UserError(f'unknown engine {engine!r}', 'option --engine', 'use duckdb or clickhouse')
     t = time.perf_counter()
     out = build_dataset(path=_dataset_target(path), rows=rows, seed=seed, force=force,
                         progress=True)
     meta = read_meta(out)
     print(f"{out}: {meta.get('rows', '?')} transactions, seed {meta.get('seed', '?')}, "
           f"{out.stat().st_size / 1e6:.1f} MB ({time.perf_counter() - t:.1f}s)")
+    if engine == 'clickhouse':
+        from reach_nb.risk.clickhouse import copy_to_clickhouse, embedded
+        t, e = time.perf_counter(), embedded()
+        name = copy_to_clickhouse(out, e, force=force, progress=True)
+        n = e.execute(f'SELECT count() FROM "{name}".transactions')[1][0][0]
+        print(f"ClickHouse {e.path}, database {name}: {n} transactions ({time.perf_counter() - t:.1f}s)")
 
 # %% ../nbs/99_cli.ipynb #61f4b459
 _PEERS_HELP = ("The same workload through smolagents and LangGraph, side by side (they are "
