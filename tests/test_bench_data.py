@@ -1,0 +1,76 @@
+"""`reach bench data` on a small dataset: reach_nb, polars and pandas side by side, as a user runs it. Benchmarks
+are not tests, so nothing here asserts a time or a memory figure: it checks that the three sides run and agree, that
+a side reading other data is caught, and that without polars the command says how to install it."""
+import re
+
+import duckdb, pytest
+
+from reach_cli import clean_env, run_reach
+from reach_nb.bench.data import (DIMS, PANDAS_COLUMNS, _dataset_tags, bench_data, bench_parquet_path,
+                                 ensure_bench_parquet, parquet_meta)
+from reach_nb.risk.data import build_dataset
+
+ROWS = 20_000
+
+
+def test_the_three_sides_agree_and_are_printed(tmp_path):
+    r = run_reach('bench', 'data', '--rows', str(ROWS), '--repeat', '1', cwd=tmp_path,
+                  env=clean_env(REACH_DATA_DIR=str(tmp_path)), timeout=300)
+    assert r.returncode == 0 and r.stderr == '', r.stderr
+    out = r.stdout
+    header = next(l for l in out.splitlines() if 'reach_nb (DuckDB file)' in l)
+    assert header.split() == ['reach_nb', '(DuckDB', 'file)', 'polars', '(Parquet)', 'pandas'], header
+    times = re.search(r'  time \(s\) +(\d+\.\d\d) +(\d+\.\d\d) +(\d+\.\d\d)   \(pandas load', out)
+    peaks = re.search(r'  peak RSS \(MiB\) +(\d[\d,]*) +(\d[\d,]*) +(\d[\d,]*)\n', out)
+    assert times and peaks, out
+    assert all(int(p.replace(',', '')) > 0 for p in peaks.groups()), out
+    assert re.search(r'vs polars: reach_nb / polars time = \d+\.\d\d   \(target < 1: (NOT )?met\)', out), out
+    assert re.search(r'reach_nb / polars peak = \d+\.\d\d   \(target < 1: (NOT )?met\)', out), out
+    assert 'vs pandas: pandas / reach_nb time = ' in out and 'results agree: total change ' in out, out
+    assert f'rows in risk_{ROWS}.duckdb (built in ' in out and f', its Parquet copy risk_{ROWS}.parquet (written in ' in out, out
+    db = tmp_path/'generated'/f'risk_{ROWS}.duckdb'
+    assert parquet_meta(bench_parquet_path(db))['rows'] == str(ROWS)
+
+
+@pytest.fixture(scope='module')
+def two_datasets(tmp_path_factory):
+    "The same size twice, from two seeds: different rows."
+    d = tmp_path_factory.mktemp('bench')
+    return build_dataset(d/f'risk_{ROWS}.duckdb', rows=ROWS), build_dataset(d/'other.duckdb', rows=ROWS, seed=8)
+
+
+def test_the_sides_agree_on_every_figure(two_datasets):
+    db, _ = two_datasets
+    r = bench_data(rows=ROWS, db=db, repeat=1)
+    assert r['agree'] and r['sides'] == ['reach', 'polars', 'pandas']
+    assert set(r['top']) == set(DIMS) and r['total_change'] > 0
+    assert r['parquet'] == str(bench_parquet_path(db)) and r['parquet_seconds'] is not None
+    assert {k: v for k, v in r.items() if k.endswith('_met')}.keys() == {'speed_met', 'memory_met', 'polars_time_met',
+                                                                         'polars_memory_met'}
+
+
+def test_a_side_reading_other_data_is_caught(two_datasets):
+    "The Parquet copy replaced by one of another dataset, tagged as this one's: polars disagrees, and the run stops."
+    db, other = two_datasets
+    pq = bench_parquet_path(db)
+    tags = ', '.join(f"{k}: '{v}'" for k, v in (_dataset_tags(db) | {'columns': ','.join(PANDAS_COLUMNS)}).items())
+    with duckdb.connect(str(other), read_only=True) as con:
+        con.execute(f"COPY (SELECT {', '.join(PANDAS_COLUMNS)} FROM transactions) TO '{pq}' "
+                    f"(FORMAT parquet, KV_METADATA {{{tags}}})")
+    assert ensure_bench_parquet(db)[1] is None  # taken for this dataset's copy
+    with pytest.raises(AssertionError, match='the sides DISAGREE on the same data') as e:
+        bench_data(rows=ROWS, db=db, repeat=1)
+    lines = str(e.value).splitlines()[1:]
+    assert lines and all(' vs polars ' in l for l in lines), lines  # pandas reads the DuckDB file: it agrees
+    assert any(l.strip().startswith('total_window_cny of ') for l in lines), lines
+    pq.unlink()  # the next run writes this dataset's own copy, and the sides agree again
+    assert bench_data(rows=ROWS, db=db, repeat=1, sides=('reach', 'polars'))['agree']
+
+
+def test_without_polars_one_line_says_what_to_install(tmp_path):
+    (tmp_path/'polars.py').write_text("raise ModuleNotFoundError(\"No module named 'polars'\", name='polars')\n")
+    r = run_reach('bench', 'data', '--rows', str(ROWS), cwd=tmp_path,
+                  env=clean_env(PYTHONPATH=str(tmp_path), REACH_DATA_DIR=str(tmp_path/'data')))
+    assert r.returncode == 2 and r.stdout.startswith('Benchmarking') and len(r.stdout.splitlines()) == 1, r
+    assert r.stderr == "Error: polars is not installed in this Python environment: pip install 'reach_nb[dev]'\n", r.stderr
+    assert not (tmp_path/'data').exists()  # said before anything was built
