@@ -901,7 +901,7 @@ def bench_data_cmd(rows:int = typer.Option(10_000_000,
                    threads:Optional[int] = typer.Option(None, help='DuckDB threads (default: '
                                                                    'settings).')):
     ("Six-dimension concentration on a big dataset: the tools on the DuckDB file against "
-     "pandas, time and peak memory.")
+     "polars and pandas, time and peak memory.")
     from reach_nb.bench.data import bench_data_cli
     bench_data_cli(rows=rows, repeat=repeat, memory_limit=memory_limit, threads=threads)
 
