@@ -13,10 +13,13 @@ def _child(conn, fn, args):
     except ValueError as e: conn.send(('ValueError', str(e)))
     except BaseException as e: conn.send(('raised', f'{type(e).__name__}: {e}'))
 
+# forked from a clean server process: a plain fork of the test process could inherit a lock another thread holds
+CHILDREN = mp.get_context('forkserver')
+
 def finishes(fn, *args):
     "`fn(*args)` run in a child process: ('ok', result), ('ValueError', message) or ('raised', what)."
-    parent, child = mp.get_context('fork').Pipe(duplex=False)
-    p = mp.get_context('fork').Process(target=_child, args=(child, fn, args), daemon=True)
+    parent, child = CHILDREN.Pipe(duplex=False)
+    p = CHILDREN.Process(target=_child, args=(child, fn, args), daemon=True)
     p.start()
     got = parent.recv() if parent.poll(BOUND) else None
     if got is None: p.kill()
