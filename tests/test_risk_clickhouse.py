@@ -79,3 +79,17 @@ def test_an_unknown_engine_is_one_error_line(tmp_path):
     r = build(tmp_path, '--engine', 'postgres')
     assert r.returncode == 2 and r.stdout == ''
     assert r.stderr.strip() == "Error: unknown engine 'postgres' in option --engine: use duckdb or clickhouse"
+
+
+def test_a_folder_another_process_holds_is_one_error_line(tmp_path):
+    hold = subprocess.Popen([sys.executable, '-c', 'import sys, time; from reach_nb.risk.clickhouse import embedded; '
+                             'embedded(sys.argv[1]).execute("SELECT 1"); print("held", flush=True); time.sleep(60)',
+                             str(tmp_path/'clickhouse')], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hold.stdout.readline().strip() == 'held'
+        r = build(tmp_path, '--engine', 'clickhouse')
+    finally: hold.kill(); hold.wait()
+    assert r.returncode == 2 and 'Traceback' not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"Error: cannot open the embedded ClickHouse at {tmp_path/'clickhouse'} (")
+    assert 'another process may be using that folder' in r.stderr
