@@ -36,6 +36,8 @@ class Settings:
     duckdb_threads: int = 0
     # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
     duckdb_memory_limit: str = '300MB'
+    # where the analysis tools run their queries: duckdb (the file itself) or clickhouse (its copy)
+    engine: str = 'duckdb'
     # the service's bearer tokens, comma-separated (`reach serve --token` adds to them)
     tokens: str = field(default='', repr=False)
     api_key: str = ''            # only from the environment
@@ -51,6 +53,7 @@ _RANGES = {  # setting: (lowest allowed, whether the lowest itself is allowed)
            'tool_timeout': (0, False),
     'request_timeout': (0, False), 'max_observation_chars': (0, True), 'duckdb_threads': (0, True)}
 _KINDS = {int: 'a whole number', float: 'a number', str: 'text'}
+_CHOICES = {'engine': ('duckdb', 'clickhouse')}  # settings that take one of a few words
 
 def _rule(name:str, kind:str) -> str:
     lo, inclusive = _RANGES.get(name, (None, True))
@@ -63,6 +66,10 @@ def _value(f, raw, where:str):
     t, lo = type(f.default), _RANGES.get(f.name, (None, True))
     try: v = t(raw.strip() if isinstance(raw, str) else raw)
     except (TypeError, ValueError): v = None
+    if f.name in _CHOICES: v = str(v).lower()
+    if f.name in _CHOICES and v not in _CHOICES[f.name]:
+        raise UserError(f"{f.name} must be one of {', '.join(_CHOICES[f.name])}, got {raw!r}", where,
+                        f"use {' or '.join(_CHOICES[f.name])} (the default is {f.default!r})")
     fits = v is not None and (t is str or (math.isfinite(v) and (lo[0] is None or v > lo[0] or (lo[1] and v == lo[0]))))
     if fits: return v
     rule = _rule(f.name, _KINDS[t])

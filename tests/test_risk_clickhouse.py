@@ -93,3 +93,109 @@ def test_a_folder_another_process_holds_is_one_error_line(tmp_path):
     assert r.stderr.strip().splitlines()[-1].startswith(
         f"Error: cannot open the embedded ClickHouse at {tmp_path/'clickhouse'} (")
     assert 'another process may be using that folder' in r.stderr
+
+
+SAME = r'''
+import json, math, sys, tempfile
+from pathlib import Path
+from reach_nb.risk.tools import RiskWorkspace, risk_registry
+from reach_nb.risk.db import RiskDB
+from reach_nb.risk.clickhouse import ClickHouseDB
+from reach_nb.risk.operators import OPERATORS, run_operator
+db = sys.argv[1]
+steps = [('concentration', {}), ('concentration', {'top': 3, 'dims': ['channel_type', 'payer_id']}),
+         ('aggregate', {'by': ['channel_id']}), ('aggregate', {'by': ['game_id', 'channel_type'], 'metric': 'users'}),
+         ('trend', {}), ('trend', {'granularity': 'hour', 'metric': 'txns'}), ('trend', {'granularity': 'week', 'metric': 'users'}),
+         ('zscore', {'by': 'channel_id'}), ('zscore', {'by': 'user_id', 'metric': 'txns', 'threshold': 2}),
+         ('velocity', {}), ('velocity', {'min_txns': 3, 'minutes': 60}),
+         ('sharing', {}), ('sharing', {'entity': 'payer_id', 'min_users': 2}),
+         ('cohort_compare', {'by': 'channel_id'}), ('cohort_compare', {'by': 'currency'}),
+         ('refund_rate', {}), ('refund_rate', {'by': 'channel_type', 'threshold': 0.01, 'min_txns': 1})]
+filters = [None, {'game_id': 'g02'}, {'channel_type': ['discount', 'wallet']}]
+def same(a, b):
+    if isinstance(a, float) and isinstance(b, float): return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b and type(a) is type(b)
+duck, ch = RiskDB(db), ClickHouseDB(db)
+diffs, rows, ops = [], 0, set()
+for f in filters:
+    for op, params in steps:
+        a, b = (run_operator(x, {'operator': op, 'params': params}, '2026-06-24', '2026-06-30', filters=f) for x in (duck, ch))
+        ok = (a.columns == b.columns and len(a.rows) == len(b.rows) and a.text() == b.text() and a.headline == b.headline
+              and all(len(x) == len(y) and all(map(same, x, y)) for x, y in zip(a.rows, b.rows)))
+        if not ok: diffs.append([op, params, f])
+        rows, _ = rows + len(a.rows), ops.add(op)
+calls = ([('list_datasets', {}), ('list_operators', {})] +
+         [('describe_dataset', {'dataset': t}) for t in ('transactions', 'games', 'items', 'channels', 'users', 'devices')] +
+         [('create_procedure', {'name': 'all', 'steps': [{'operator': o} for o in OPERATORS if o not in ('aggregate', 'zscore', 'cohort_compare')]
+                                + [{'operator': 'aggregate', 'params': {'by': ['channel_type']}}, {'operator': 'zscore', 'params': {'by': 'item_id'}},
+                                   {'operator': 'cohort_compare', 'params': {'by': 'game_id'}}]}),
+          ('create_task', {'procedure_id': 'proc_0001', 'start': '2026-06-24', 'end': '2026-06-30'}),
+          ('create_task', {'procedure_id': 'proc_0001', 'start': '2026-06-01', 'end': '2026-06-30', 'filters': {'channel_type': 'discount'}}),
+          ('list_tasks', {}), ('run_task', {'task_id': 'task_0001'}), ('run_task', {'task_id': 'task_0002'}),
+          ('get_result', {'task_id': 'task_0001'}), ('get_result', {'task_id': 'task_0002', 'step': 1, 'top': 10}),
+          ('search_knowledge', {'query': 'proxy recharge discount channel'})])
+said = {}
+for engine in ('duckdb', 'clickhouse'):
+    with tempfile.TemporaryDirectory() as d, RiskWorkspace(db, store=Path(d)/'s.sqlite', engine=engine) as ws:
+        reg = risk_registry(ws)
+        said[engine] = [reg.call(n, a).content for n, a in calls]
+tools = {n for n, _ in calls}
+print(json.dumps({'diffs': diffs, 'rows': rows, 'ops': sorted(ops), 'tools': len(tools),
+                  'tool_diffs': [c[0] for c, x, y in zip(calls, said['duckdb'], said['clickhouse']) if x != y],
+                  'ran': said['clickhouse'][calls.index(('run_task', {'task_id': 'task_0001'}))][:200]}))
+'''
+
+def test_every_operator_and_tool_answers_the_same_on_both_engines(copied):
+    "Every operator (3 filters × 17 parameter sets) and the nine tools' texts, DuckDB against the ClickHouse copy."
+    tmp, _ = copied
+    r = subprocess.run([sys.executable, '-c', SAME, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=600,
+                       env=clean_env(REACH_DATA_DIR=str(tmp)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert got['diffs'] == [] and got['tool_diffs'] == [], got
+    assert len(got['ops']) == 8 and got['tools'] == 9 and got['rows'] > 1000, got
+    assert "task_0001 'all 2026-06-24..2026-06-30' done" in got['ran'], got['ran']
+
+PROBES = r'''
+import json, sys, tempfile
+from pathlib import Path
+from reach_nb.risk.tools import RiskWorkspace, risk_registry
+db = sys.argv[1]
+out = {}
+with tempfile.TemporaryDirectory() as d, RiskWorkspace(db, store=Path(d)/'s.sqlite', engine='clickhouse') as ws:
+    reg = risk_registry(ws)
+    reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'concentration'}]})
+    evil = ["x' OR 1=1 --", "'; DROP TABLE transactions; --", 'c05" OR "1"="1', "c05') OR ('1'='1", '{x:String}', '$ws']
+    out['made'] = reg.call('create_task', {'procedure_id': 'proc_0001', 'start': '2026-06-24', 'end': '2026-06-30',
+                                           'filters': {'channel_id': evil}}).ok
+    out['ran'] = reg.call('run_task', {'task_id': 'task_0001'}).content
+    out['dim'] = reg.call('create_procedure', {'name': 'p', 'steps': [{'operator': 'aggregate', 'params': {'by': ['user_id; DROP TABLE x']}}]}).content
+    refused = {}
+    for k, sql in {'file': "SELECT * FROM file('/etc/passwd', 'LineAsString')", 'url': "SELECT * FROM url('http://127.0.0.1:9/x', 'CSV')",
+                   'drop': f'DROP TABLE {ws.db.table("transactions")}', 'insert': f'INSERT INTO {ws.db.table("games")} SELECT * FROM {ws.db.table("games")}',
+                   'set': 'SET readonly = 0'}.items():
+        try: ws.db.run(sql); refused[k] = None
+        except RuntimeError as e: refused[k] = str(e)[:200]
+    out['refused'] = refused
+    ws.db.query_timeout = 0.3
+    try: ws.db.run('SELECT count() FROM numbers(10000000000000)'); out['slow'] = None
+    except Exception as e: out['slow'] = f'{type(e).__name__}: {e}'
+    ws.db.query_timeout = 20
+    out['after'] = ws.db.run(f"SELECT count() FROM {ws.db.table('transactions')}").rows[0][0]
+from reach_nb.risk.db import RiskDB
+out['duckdb'] = RiskDB(db).count('transactions')
+print(json.dumps(out))
+'''
+
+def test_clickhouse_refuses_what_duckdb_refuses(copied):
+    "The SQL-injection probes of the DuckDB tools, on ClickHouse: values stay values, names are checked, writes, files and URLs are refused."
+    tmp, _ = copied
+    r = subprocess.run([sys.executable, '-c', PROBES, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=300,
+                       env=clean_env(REACH_DATA_DIR=str(tmp)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert got['made'] and '[1] concentration: no successful payments in the window or the baseline' in got['ran'], got['ran']
+    assert "unknown dimension 'user_id; DROP TABLE x'" in got['dim']
+    assert all(v and ('READONLY' in v or 'readonly' in v) for v in got['refused'].values()), got['refused']
+    assert got['slow'] == 'QueryTimeout: query exceeded 0.3 s; narrow the window or filters', got['slow']
+    assert got['after'] == got['duckdb'] > 20_000  # the engine answers again after the time limit, and nothing was written

@@ -7,13 +7,15 @@ from __future__ import annotations
 import hashlib, re, tempfile, threading
 from pathlib import Path
 import duckdb
-from ..config import data_path
+from fastcore.basics import patch
+from ..config import data_path, load_settings
 from ..core import UserError
 from .data import TABLES, read_meta
 
 # %% auto #0
-__all__ = ['CLICKHOUSE_TYPES', 'SORT_KEYS', 'clickhouse_path', 'database_name', 'Embedded', 'embedded', 'clickhouse_columns',
-           'clickhouse_meta', 'copy_to_clickhouse', 'read_sorted', 'guards']
+__all__ = ['CLICKHOUSE_TYPES', 'SORT_KEYS', 'ENGINES', 'clickhouse_path', 'database_name', 'Embedded', 'embedded',
+           'clickhouse_columns', 'clickhouse_meta', 'copy_to_clickhouse', 'read_sorted', 'guards', 'bind',
+           'ClickHouseDB', 'open_db']
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #c1adc173
 def clickhouse_path() -> Path:
@@ -40,10 +42,20 @@ class Embedded:
             'another process may be using that folder: wait for it, or set data_dir to another') from None
         self.lock = threading.Lock()
 
+    def _drain(self):
+        ("A query that fails midway (a time limit) leaves part of its output for the next one (chdb 4.4): read it "
+         "off with a throwaway query until one answers cleanly.")
+        for _ in range(3):
+            try:
+                if self.con.query('SELECT 1', 'CSV').bytes() == b'1\n': return
+            except (RuntimeError, OSError): continue  # the leftover output, read off
+
     def execute(self, sql:str, params:dict|None=None) -> tuple[list[str], list[tuple]]:
         "Run `sql` with ClickHouse's `{name:Type}` parameters bound; its column names and rows."
         import pyarrow as pa
-        with self.lock: t = self.con.query(sql, 'ArrowTable', params=params or None)
+        with self.lock:
+            try: t = self.con.query(sql, 'ArrowTable', params=params or None)
+            except RuntimeError: self._drain(); raise
         if not isinstance(t, pa.Table): return [], []  # a statement that returns nothing
         # the dataset's times are written without a zone: UTC back to the naive times they were
         t = t.cast(pa.schema([f.with_type(pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) and f.type.tz
@@ -138,3 +150,112 @@ def guards(seconds:float=20.0, memory:int=300_000_000) -> str:
     "The SETTINGS clause the tools' queries end with: read-only, `seconds` of time and `memory` bytes at most."
     if not 0 < seconds <= 3600: raise ValueError(f'the time limit must be in (0, 3600] seconds, got {seconds}')
     return f'SETTINGS max_execution_time = {float(seconds):g}, max_memory_usage = {int(memory)}, readonly = 1'
+
+# %% ../../nbs/41a_risk_clickhouse.ipynb #a0b4f2a8
+from datetime import date, datetime
+from .db import DATASETS, QueryTimeout, RiskDB, Rows
+
+_DUCKDB_TYPES = {ch: duck for duck, ch in CLICKHOUSE_TYPES.items()}
+
+def _param_type(v) -> str:
+    "The ClickHouse type a bound value is declared with."
+    if isinstance(v, bool): return 'Bool'
+    if isinstance(v, int): return 'Int64'
+    if isinstance(v, float): return 'Float64'
+    if isinstance(v, datetime): return "DateTime64(6, 'UTC')"
+    if isinstance(v, date): return 'Date'
+    if isinstance(v, str): return 'String'
+    raise TypeError(f"no ClickHouse parameter type for {type(v).__name__}")
+
+def bind(sql:str, # SQL with `$name` parameters
+         params:dict|None) -> tuple[str, dict[str, str]]:
+    ("`sql` with each `$name` written as ClickHouse's `{name:Type}` (the type from the value), and the values as "
+     "ClickHouse reads them.")
+    params = params or {}
+    used = dict.fromkeys(re.findall(r'\$(\w+)', sql))
+    missing = [k for k in used if k not in params]
+    if missing: raise KeyError(f"no value for the parameter(s) {missing}")
+    text = lambda v: v.isoformat(' ') if isinstance(v, datetime) else str(v).lower() if isinstance(v, bool) else str(v)
+    return (re.sub(r'\$(\w+)', lambda m: f'{{{m[1]}:{_param_type(params[m[1]])}}}', sql),
+            {k: text(params[k]) for k in used})
+
+# %% ../../nbs/41a_risk_clickhouse.ipynb #0e8de132
+_SETTINGS = 'aggregate_functions_null_for_empty = 1'
+
+class ClickHouseDB(RiskDB):
+    ("The risk dataset's ClickHouse copy, with the tools' access: read-only, catalogued tables and columns, row, time "
+     "and memory limits.")
+    engine = 'clickhouse'
+    def __init__(self, path:str|Path, # the DuckDB file whose copy is read (copied on first use)
+                 row_limit:int=1000, # most rows a query returns
+                 query_timeout:float=20.0, # seconds a query may run
+                 memory:int=300_000_000, # bytes a query may use
+                 engine:Embedded|None=None): # default `embedded()`
+        self.path = Path(path)
+        if not self.path.exists(): raise FileNotFoundError(
+            f"No dataset at {self.path}; build one with reach_nb.risk.data.build_dataset().")
+        self.row_limit, self.query_timeout, self.memory = row_limit, query_timeout, memory
+        self._lock, self._cache, self.config = threading.Lock(), {}, {}
+        self.ch = engine or embedded()
+        self.database = copy_to_clickhouse(self.path, self.ch)
+        self.columns = self._visible_columns()
+
+    def close(self): pass  # the process's ClickHouse stays open for the next
+    def table(self, name:str) -> str: return f'"{self.database}"."{name}"'
+    def __repr__(self):
+        return (f"ClickHouseDB({self.path.name}, database={self.database}, row_limit={self.row_limit}, "
+                f"query_timeout={self.query_timeout:g})")
+
+# %% ../../nbs/41a_risk_clickhouse.ipynb #a58251d8
+@patch
+def _query(self:ClickHouseDB, sql:str, params:dict|None) -> tuple[list[str], list[tuple]]:
+    "Run `sql` with `params` bound and the guards; ClickHouse's limits as `QueryTimeout`."
+    sql, values = bind(sql, params)
+    try: return self.ch.execute(f'{sql}\n{guards(self.query_timeout, self.memory)}, {_SETTINGS}', values)
+    except RuntimeError as e:
+        if 'TIMEOUT_EXCEEDED' in str(e): raise QueryTimeout(
+            f"query exceeded {self.query_timeout:g} s; narrow the window or filters") from None
+        if 'MEMORY_LIMIT_EXCEEDED' in str(e): raise QueryTimeout(
+            f"query needed more than {self.memory / 1e6:,.0f} MB; narrow the window or filters") from None
+        raise
+
+@patch
+def run(self:ClickHouseDB, sql:str, params:dict|None=None, limit:int|None=None) -> Rows:
+    ("Run one query with bound parameters, at most `limit` rows (default `row_limit`), within the time and memory "
+     "limits.")
+    limit = int(limit or self.row_limit)
+    cols, rows = self._query(f"{sql}\nLIMIT {limit + 1}", params)
+    return Rows(cols, rows[:limit], len(rows) > limit)
+
+@patch
+def rows_of(self:ClickHouseDB, sql:str, params:dict|None=None, max_rows:int=10_000) -> list[tuple]:
+    "The rows of `sql` as written, within the limits; a `ValueError` past `max_rows`."
+    rows = self._query(sql, params)[1]
+    if len(rows) > max_rows: raise ValueError(f'the query returns more than {max_rows:,} rows')
+    return rows
+
+@patch
+def reconfigure(self:ClickHouseDB, options:dict):
+    raise ValueError("the ClickHouse engine takes no DuckDB options; its limits are query_timeout and memory")
+
+@patch
+def _visible_columns(self:ClickHouseDB) -> dict[str, dict[str, str]]:
+    "{table: {column: type}} for the catalogued tables and columns, with DuckDB's type names."
+    r = self.run("SELECT table, name, type FROM system.columns WHERE database = $d ORDER BY table, position",
+                 {'d': self.database}, limit=10_000)
+    real = {}
+    for t, c, typ in r.rows: real.setdefault(t, {})[c] = _DUCKDB_TYPES[re.sub(r'^Nullable\((.*)\)$', r'\1', typ)]
+    return {t: {c: real[t][c] for c in d['fields'] if c in real[t]} for t, d in DATASETS.items() if t in real}
+
+# %% ../../nbs/41a_risk_clickhouse.ipynb #41cc8f64
+ENGINES = ('duckdb', 'clickhouse')
+
+def open_db(path:str|Path, # the DuckDB dataset
+            engine:str|None=None, # 'duckdb' or 'clickhouse'; default the `engine` setting
+            row_limit:int=1000, query_timeout:float=20.0) -> RiskDB:
+    "The dataset `path` as the tools read it, on `engine`."
+    engine = engine or load_settings().engine
+    if engine not in ENGINES: raise UserError(f'unknown engine {engine!r}', 'the engine setting',
+                                              f"use {' or '.join(ENGINES)}")
+    if engine == 'duckdb': return RiskDB(path, row_limit, query_timeout)
+    return ClickHouseDB(path, row_limit, query_timeout)

@@ -360,6 +360,8 @@ class RiskDB:
     def __repr__(self):
         return (f"RiskDB({self.path.name}, row_limit={self.row_limit}, "
                 f"query_timeout={self.query_timeout:g})")
+    engine = 'duckdb'  # which SQL the operators write for it
+    def table(self, name:str) -> str: return f'"{name}"'  # a table as the engine names it
 
 # %% ../../nbs/41_risk_db.ipynb #58001b2a
 @patch
@@ -436,19 +438,18 @@ def count(self:RiskDB, table:str) -> int:
     "Rows in a catalogued table."
     if table not in self.columns: raise ValueError(f"unknown dataset {table!r}")
     return self._cached(f'count:{table}',
-                        lambda: self.run(f'SELECT count(*) FROM "{table}"').rows[0][0])
+                        lambda: self.run(f'SELECT count(*) FROM {self.table(table)}').rows[0][0])
 
 @patch
 def date_range(self:RiskDB) -> tuple[date, date]:
     "The first and last day with transactions."
-    sql = "SELECT min(ts)::DATE, max(ts)::DATE FROM transactions"
+    sql = f"SELECT min(ts)::DATE, max(ts)::DATE FROM {self.table('transactions')}"
     return self._cached('range', lambda: tuple(d for d in self.run(sql).rows[0]))
 
 # %% ../../nbs/41_risk_db.ipynb #4383df9c
-_LABEL_SQL = {'channel_id': "SELECT channel_id, channel_name || ' (' || channel_type || ')' "
-                            "FROM channels",
-              'game_id': "SELECT game_id, game_name FROM games",
-              'item_id': "SELECT item_id, item_name || ' of ' || game_id FROM items"}
+_LABEL_SQL = {'channel_id': "SELECT channel_id, channel_name || ' (' || channel_type || ')' FROM {}",
+              'game_id': "SELECT game_id, game_name FROM {}",
+              'item_id': "SELECT item_id, item_name || ' of ' || game_id FROM {}"}
 _LABEL_TABLE = {'channel_id': 'channels', 'game_id': 'games', 'item_id': 'items'}
 
 @patch
@@ -456,7 +457,8 @@ def label(self:RiskDB, col:str, value) -> str:
     "A readable name for a channel, game or item id ('' for other columns or unknown ids)."
     if col not in _LABEL_SQL or _LABEL_TABLE[col] not in self.columns: return ''
     names = self._cached(f'labels:{col}',
-                         lambda: dict(self.run(_LABEL_SQL[col], limit=100_000).rows))
+                         lambda: dict(self.run(_LABEL_SQL[col].format(self.table(_LABEL_TABLE[col])),
+                                               limit=100_000).rows))
     return names.get(value) or ''
 
 # %% ../../nbs/41_risk_db.ipynb #a532b196
@@ -490,9 +492,9 @@ def col(self:Query, name:str) -> str:
 @patch
 def source(self:Query, *cols:str) -> str:
     "The table to read: transactions, joined with channels when `channel_type` is used."
-    if 'channel_type' not in cols and 'channel_type' not in self.filters: return 'transactions'
-    return ('(SELECT t.*, c.channel_type FROM transactions t LEFT JOIN channels c USING '
-            '(channel_id))')
+    t = self.db.table('transactions')
+    if 'channel_type' not in cols and 'channel_type' not in self.filters: return t
+    return f"(SELECT t.*, c.channel_type FROM {t} t LEFT JOIN {self.db.table('channels')} c USING (channel_id))"
 
 # %% ../../nbs/41_risk_db.ipynb #71006886
 def _in_list(i:int, col:str, n:int) -> str:

@@ -145,7 +145,7 @@ _CONCENTRATION_SQL = """WITH g AS (
 s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
         list_sum(max(w, $top)) / nullif(total_w, 0) AS top_share_w,
         list_sum(max(b, $top)) / nullif(total_b, 0) AS top_share_b,
-        sum(w * w) / nullif(total_w ^ 2, 0) AS hhi_w, sum(b * b) / nullif(total_b ^ 2, 0) AS hhi_b,
+        sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
         CASE WHEN total_change < 0
              THEN min_by(struct_pack(value := value, w := w, b := b), struct_pack(k := w - b, v := value), $top)
              ELSE min_by(struct_pack(value := value, w := w, b := b), struct_pack(k := b - w, v := value), $top)
@@ -156,14 +156,32 @@ SELECT dim, rank, x.value AS value, x.w AS w, x.b AS b, x.w - x.b AS change,
   (x.w - x.b) / nullif(total_change, 0) AS share,
   total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM t ORDER BY dim, rank"""
 
+# %% ../../nbs/42_risk_operators.ipynb #bf0a68aa
+_CONCENTRATION_CH = """WITH g AS (
+  SELECT CASE {dim} END AS dim, CASE {value} END AS value,
+    coalesce(sum(amount_cny) FILTER (WHERE ts >= $ws AND ts < $we), 0) AS w,
+    coalesce(sum(amount_cny) FILTER (WHERE ts >= $bs AND ts < $be), 0) * $scale AS b
+  FROM {src} WHERE {where} GROUP BY GROUPING SETS ({sets})),
+s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
+        arraySum(arraySlice(arrayReverseSort(groupArray(w)), 1, $top)) / nullif(total_w, 0) AS top_share_w,
+        arraySum(arraySlice(arrayReverseSort(groupArray(b)), 1, $top)) / nullif(total_b, 0) AS top_share_b,
+        sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
+        arraySlice(arraySort(x -> (if(total_change < 0, x.2 - x.3, x.3 - x.2), x.1), groupArray((value, w, b))),
+                   1, $top) AS tops
+      FROM g GROUP BY dim)
+SELECT dim, rank, x.1 AS value, x.2 AS w, x.3 AS b, x.2 - x.3 AS change,
+  (x.2 - x.3) / nullif(total_change, 0) AS share,
+  total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM s ARRAY JOIN tops AS x, arrayEnumerate(tops) AS rank
+ORDER BY dim, rank"""
+
 # %% ../../nbs/42_risk_operators.ipynb #36a7c838
 def concentration_sql(q:Query, dims:list[str]) -> str:
     "The one query for all `dims`: grouping sets over the window and baseline together."
     cols = [q.col(d) for d in dims]
     case = lambda then: ' '.join(f"WHEN GROUPING({c}) = 0 THEN {then(d, c)}" for d, c in zip(dims, cols))
-    return _CONCENTRATION_SQL.format(dim=case(lambda d, c: f"'{d}'"),
-                                     value=case(lambda d, c: f'{c}::VARCHAR'), src=q.source(*dims),
-                                     where=q.where(), sets=', '.join(f'({c})' for c in cols))
+    sql = _CONCENTRATION_CH if q.db.engine == 'clickhouse' else _CONCENTRATION_SQL
+    return sql.format(dim=case(lambda d, c: f"'{d}'"), value=case(lambda d, c: f'CAST({c} AS VARCHAR)'),
+                      src=q.source(*dims), where=q.where(), sets=', '.join(f'({c})' for c in cols))
 
 # %% ../../nbs/42_risk_operators.ipynb #27c59f6e
 def _concentration_stats(rows:list[tuple], dims:list[str]) -> dict:
@@ -222,10 +240,10 @@ def concentration(dims:list[str]=DEFAULT_DIMS, # dimensions to split the change 
 def _aggregate_sql(q:Query, by:list[str], metric:str) -> str:
     "SQL: per group of the window, the amount, counts and shares, and how many groups there are."
     cols = ', '.join(q.col(d) for d in by)
-    return (f"SELECT {cols}, sum(amount_cny) AS amount_cny, count(*) AS txns, count(DISTINCT "
+    return (f"SELECT {cols}, sum(x.amount_cny) AS amount_cny, count(*) AS txns, count(DISTINCT "
             "user_id) AS users, count(DISTINCT muid) AS devices, count(DISTINCT payer_id) AS "
-            "payers, sum(amount_cny) / sum(sum(amount_cny)) OVER () AS share, count(*) OVER () AS "
-            f"total_groups FROM {q.source(*by)} WHERE {q.where('window')} GROUP BY ALL ORDER BY "
+            "payers, sum(x.amount_cny) / sum(sum(x.amount_cny)) OVER () AS share, count(*) OVER () AS "
+            f"total_groups FROM {q.source(*by)} x WHERE {q.where('window')} GROUP BY ALL ORDER BY "
             f"{_METRIC_COL[metric]} DESC, {cols}")
 
 def _aggregate_headline(by:list[str], metric:str, n:int, top:dict) -> str:
@@ -263,15 +281,19 @@ _PERIOD = {'hour': ("date_trunc('hour', ts)", '%Y-%m-%d %H:00', 24),
            'day': ("date_trunc('day', ts)", '%Y-%m-%d', 7),
            'week': ("$ws + to_days((7 * floor(datediff('day', $ws, ts) / 7))::BIGINT)", '%Y-%m-%d',
                     4)}
+_PERIOD_CH = {'hour': 'toStartOfHour(ts)', 'day': 'toStartOfDay(ts)',
+              'week': "addDays($ws, toInt64(7 * floor(dateDiff('day', $ws, ts) / 7)))"}
 
 def _trend_sql(q:Query, granularity:str, metric:str) -> str:
     expr, fmt, _ = _PERIOD[granularity]
+    show = f"strftime(p, '{fmt}')"
+    if q.db.engine == 'clickhouse': expr, show = _PERIOD_CH[granularity], f"formatDateTime(p, '{fmt}')"
     m = _METRIC_COL[metric]
     return f"""WITH s AS (SELECT {expr} AS p, ts >= $ws AS in_window, sum(amount_cny) AS amount_cny, count(*) AS txns,
     count(DISTINCT user_id) AS users FROM {q.source()} WHERE {q.where()} GROUP BY ALL),
 t AS (SELECT *, avg({m}) OVER (ORDER BY p, in_window ROWS BETWEEN $n PRECEDING AND 1 PRECEDING) AS trailing_mean
   FROM s)
-SELECT strftime(p, '{fmt}') AS period, CASE WHEN in_window THEN 'window' ELSE 'baseline' END AS part,
+SELECT {show} AS period, CASE WHEN in_window THEN 'window' ELSE 'baseline' END AS part,
   amount_cny, txns, users, trailing_mean, {m} / nullif(trailing_mean, 0) - 1 AS deviation
 FROM t ORDER BY p, in_window"""
 
@@ -326,7 +348,7 @@ s AS (SELECT value, coalesce(sum(v) FILTER (WHERE in_window), 0) / $dw AS window
         coalesce(sum(v) FILTER (WHERE NOT in_window), 0) / $dbase AS baseline_daily,
         coalesce(sum(v * v) FILTER (WHERE NOT in_window), 0) AS ss FROM d GROUP BY value),
 sd AS (SELECT value, window_daily, baseline_daily,
-         sqrt(greatest(ss - $dbase * baseline_daily ^ 2, 0) / greatest($dbase - 1, 1)) AS baseline_std FROM s)
+         sqrt(greatest(ss - $dbase * pow(baseline_daily, 2), 0) / greatest($dbase - 1, 1)) AS baseline_std FROM s)
 SELECT value, window_daily, baseline_daily, baseline_std,
   (window_daily - baseline_daily) / nullif(baseline_std, 0) AS z,
   CASE WHEN baseline_daily = 0 THEN 'new' WHEN baseline_std = 0 THEN 'flat' WHEN z > 0 THEN 'high' ELSE 'low' END
@@ -366,10 +388,21 @@ def zscore(by:str, # the dimension whose values are tested, e.g. 'channel_id'
                 threshold=check_range(float(threshold), 'threshold', 0.5, 100), metric=metric)
 
 # %% ../../nbs/42_risk_operators.ipynb #2015af5b
+_VELOCITY_CH = """WITH busy AS (SELECT user_id FROM {src} WHERE {where}
+  GROUP BY user_id HAVING count(*) >= $min_txns),
+t AS (SELECT user_id, ts, amount_cny, status, muid, payer_id,
+    count(*) OVER (PARTITION BY user_id ORDER BY toUnixTimestamp64Milli(ts) RANGE BETWEEN CURRENT ROW AND $ms FOLLOWING) AS n
+  FROM {src} WHERE {where} AND user_id IN (SELECT user_id FROM busy))
+SELECT user_id, max(n) AS peak_txns, formatDateTime(argMin(ts, (-n, ts)), '%Y-%m-%d %H:%i') AS burst_start,
+  count(*) AS txns, coalesce(sum(amount_cny) FILTER (WHERE status = 'success'), 0) AS amount_cny,
+  count(DISTINCT muid) AS devices, count(DISTINCT payer_id) AS payers
+FROM t GROUP BY user_id HAVING max(n) >= $min_txns ORDER BY peak_txns DESC, user_id"""
+
 def _velocity_sql(q:Query) -> str:
     ("SQL: per account with enough attempts in the window, the most attempts within `$minutes` and "
      "where they began.")
     where = q.where('window', success=False)
+    if q.db.engine == 'clickhouse': return _VELOCITY_CH.format(src=q.source(), where=where)
     return f"""WITH busy AS (SELECT user_id FROM {q.source()} WHERE {where}
   GROUP BY user_id HAVING count(*) >= $min_txns),
 t AS (SELECT user_id, ts, amount_cny, status, muid, payer_id,
@@ -382,7 +415,7 @@ FROM t GROUP BY user_id HAVING max(n) >= $min_txns ORDER BY peak_txns DESC, user
 
 # %% ../../nbs/42_risk_operators.ipynb #44ecd310
 def _velocity(q:Query, min_txns:int, minutes:int) -> StepResult:
-    r = q.run(_velocity_sql(q), min_txns=min_txns, minutes=minutes)
+    r = q.run(_velocity_sql(q), min_txns=min_txns, minutes=minutes, ms=minutes * 60_000)
     top = r.rows[0] if r.rows else None
     head = (f"{_count(len(r.rows), 'user')}{'+' if r.more else ''} made ≥ {min_txns} attempts "
             f"within {minutes} minutes"
@@ -405,10 +438,13 @@ def velocity(min_txns:int=10, # attempts that make a burst
 def _sharing_sql(q:Query, e:str) -> str:
     ("SQL: the values of the (checked, quoted) column `e` used by at least `$min_users` accounts "
      "in the window.")
-    return f"""SELECT {e}, count(DISTINCT user_id) AS users, count(*) AS txns, sum(amount_cny) AS amount_cny,
-  avg(amount_cny) AS avg_cny, count(DISTINCT channel_id) AS channels, mode(channel_id) AS top_channel,
-  mode(game_id) AS top_game
-FROM {q.source()} WHERE {q.where('window')} AND {e} IS NOT NULL GROUP BY 1
+    mode = lambda c: (f"arraySort((k, n) -> (-n, k), mapKeys(sumMap(map({c}, toUInt64(1)))), "
+                      f"mapValues(sumMap(map({c}, toUInt64(1)))))[1]" if q.db.engine == 'clickhouse'
+                      else f'mode() WITHIN GROUP (ORDER BY {c})')  # ties: the first value in order
+    return f"""SELECT {e}, count(DISTINCT user_id) AS users, count(*) AS txns, sum(x.amount_cny) AS amount_cny,
+  avg(x.amount_cny) AS avg_cny, count(DISTINCT channel_id) AS channels, {mode('channel_id')} AS top_channel,
+  {mode('game_id')} AS top_game
+FROM {q.source()} x WHERE {q.where('window')} AND {e} IS NOT NULL GROUP BY 1
 HAVING count(DISTINCT user_id) >= $min_users ORDER BY users DESC, amount_cny DESC, 1"""
 
 # %% ../../nbs/42_risk_operators.ipynb #3446a9c3
@@ -478,7 +514,7 @@ def _refund_rate_sql(q:Query, by:str) -> str:
       count(*) AS txns, count(*) FILTER (WHERE status = 'refunded') AS refunds
     FROM {q.source(by)} WHERE {q.where('window', success=False)} AND status <> 'failed' GROUP BY 1),
   f AS (SELECT *, refunded_cny / nullif(paid_cny, 0) AS refund_rate,
-      coalesce(refund_rate >= $threshold AND txns >= $min_txns, false) AS flagged FROM v)
+      coalesce(refund_rate >= $threshold AND txns >= $min_txns, false)::BOOLEAN AS flagged FROM v)
 SELECT value, paid_cny, refunded_cny, refund_rate, txns, refunds, flagged, sum(flagged::INT) OVER () AS n_flagged,
   sum(refunded_cny) OVER () / nullif(sum(paid_cny) OVER (), 0) AS overall_rate, count(*) OVER () AS n_values
 FROM f ORDER BY flagged DESC, refund_rate DESC, refunded_cny DESC, value"""

@@ -14,6 +14,7 @@ from ..config import load_settings, shipped
 from ..core import UserError
 from ..tools import Tool, ToolRegistry, schema_label, short_repr, suggest_name
 from .db import DATASETS, DIMENSIONS, Query, QueryTimeout, RiskDB, Window, make_window
+from .clickhouse import open_db
 from .operators import OPERATORS, Operator, StepResult, check_range, check_step
 from .operators import example_step, execute_step, md_table
 from .knowledge import KnowledgeBase
@@ -171,8 +172,9 @@ class RiskWorkspace:
                  store:str|Path|None=None, # the SQLite store; default workspace.sqlite beside the dataset
                  row_limit:int=1000, # most rows any query returns
                  query_timeout:float=20.0, # seconds before a query is interrupted
-                 kb:str|Path|None=None): # the knowledge-base folder of *.md files; default data/kb
-        self.db = RiskDB(db if db is not None else _default_db(), row_limit, query_timeout)
+                 kb:str|Path|None=None, # the knowledge-base folder of *.md files; default data/kb
+                 engine:str|None=None): # 'duckdb' or 'clickhouse' (the file's copy); default the `engine` setting
+        self.db = open_db(db if db is not None else _default_db(), engine, row_limit, query_timeout)
         self.store = WorkspaceStore(store if store is not None else self.db.path.parent/'workspace.sqlite')
         self.kb_dir, self._kb = Path(kb) if kb is not None else _default_kb(), None
 
@@ -184,7 +186,9 @@ class RiskWorkspace:
     def close(self): self.db.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
-    def __repr__(self): return f"RiskWorkspace({self.db.path.name}, store={self.store.path.name})"
+    def __repr__(self):
+        on = '' if self.db.engine == 'duckdb' else f', engine={self.db.engine}'
+        return f"RiskWorkspace({self.db.path.name}, store={self.store.path.name}{on})"
 
 # %% ../../nbs/44_risk_tools.ipynb #235f479d
 @patch
@@ -230,7 +234,7 @@ def describe_dataset(self:RiskWorkspace,
                   "amounts: operators sum amount_cny of successful payments (status 'success')"]
     lines += ['fields:', *(f"- {c} ({typ.lower()}): {d['fields'][c]}" for c, typ in cols.items())]
     quoted = ', '.join(f'"{c}"' for c in cols)
-    sample = self.db.run(f'SELECT {quoted} FROM "{t}" ORDER BY 1', limit=3)
+    sample = self.db.run(f'SELECT {quoted} FROM {self.db.table(t)} ORDER BY 1', limit=3)
     return '\n'.join(lines + ['sample rows:', *md_table(sample.columns, sample.rows)])
 
 # %% ../../nbs/44_risk_tools.ipynb #39d03810
