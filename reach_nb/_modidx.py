@@ -724,6 +724,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'reach_nb.cli._trace_dir': ('cli.html#_trace_dir', 'reach_nb/cli.py'),
                               'reach_nb.cli._trace_runs': ('cli.html#_trace_runs', 'reach_nb/cli.py'),
                               'reach_nb.cli._usage_line': ('cli.html#_usage_line', 'reach_nb/cli.py'),
+                              'reach_nb.cli._use_engine': ('cli.html#_use_engine', 'reach_nb/cli.py'),
                               'reach_nb.cli._wire_option': ('cli.html#_wire_option', 'reach_nb/cli.py'),
                               'reach_nb.cli._with_mcp': ('cli.html#_with_mcp', 'reach_nb/cli.py'),
                               'reach_nb.cli.ask': ('cli.html#ask', 'reach_nb/cli.py'),

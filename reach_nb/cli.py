@@ -213,7 +213,15 @@ def _options(debug:bool = typer.Option(False, '--debug',
                                        help='Also show the traceback behind an error message.')):
     _debug['on'] = debug
 
-_OPTION_OF = {'base_url': '--base-url', 'max_steps': '--max-steps', 'request_timeout': '--timeout'}
+_OPTION_OF = {'base_url': '--base-url', 'max_steps': '--max-steps', 'request_timeout': '--timeout',
+              'engine': '--engine'}
+_ENGINE_HELP = ("Where the tools run their queries: duckdb, or clickhouse (the dataset's copy in the embedded "
+                "ClickHouse, made on first use). Default: the engine setting.")
+
+def _use_engine(engine:str|None):
+    ("Check `--engine` and make it this command's engine setting (`REACH_ENGINE`), for every workspace it "
+     "opens.")
+    if engine is not None: os.environ['REACH_ENGINE'] = _settings(engine=engine).engine
 
 def _settings(**overrides) -> Settings:
     "Settings with the command's options on top, each checked like the setting it overrides."
@@ -470,11 +478,13 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
         agent:str = typer.Option('react', help=_AGENT_HELP),
         pipeline:Optional[Path] = typer.Option(None, help=_PIPELINE_HELP),
         mcp:Optional[Path] = typer.Option(None, help='Also use the tools of the MCP '
-                                                     'servers in this config file.')):
+                                                     'servers in this config file.'),
+        engine:Optional[str] = typer.Option(None, help=_ENGINE_HELP)):
     ("Ask a risk-analysis agent a question (the nine risk tools over the sample data, "
      "and any MCP servers' tools).")
     from reach_nb.risk.agents import risk_agent, session_workspace
     q = _question(question, file)
+    _use_engine(engine)
     kw = _agent_options(native, context, dialect)
     sid = _session_id(session)
     _for_agent(agent, pipeline, {'--native': native, '--dialect': dialect, '--session': session,
@@ -502,12 +512,14 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
          trace:Optional[Path] = typer.Option(None, help='Where to write the trace '
                                                         '(default: <trace_dir>/demo.jsonl).'),
          timeout:Optional[float] = typer.Option(None, help='Seconds to wait for each model request '
-                                                           '(default 60).')):
+                                                           '(default 60).'),
+         engine:Optional[str] = typer.Option(None, help=_ENGINE_HELP)):
     ("Run the risk demo: a real model if one is configured, else the "
      "SimAnalyst stand-in (no key needed).")
     from reach_nb.risk.agents import risk_agent
     from reach_nb.risk.analysis import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
+    _use_engine(engine)
     _for_agent(agent, None, {})
     s = _settings(base_url=base_url, request_timeout=timeout)
     where = 'option --trace' if trace else 'the trace_dir setting'
@@ -1085,13 +1097,15 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
              ablation_seeds:int = typer.Option(3, help='Seeds per task in the ablation.'),
              ablation_tag:str = typer.Option('demo', help='Tasks of the ablation, by tag.'),
              judge:Optional[str] = typer.Option(None, help='A model to grade judge tasks (default: '
-                                                           'their fallback).')):
+                                                           'their fallback).'),
+             engine:Optional[str] = typer.Option(None, help=_ENGINE_HELP)):
     ("Measure agents on the evaluation tasks: completion by level, efficiency, format, "
      "safeguards, tokens, latency.")
     from reach_nb.eval import eval_cli
     from reach_nb.agents.react import SAFEGUARDS
     from reach_nb.agents.registry import AGENTS
     _eval_numbers(seeds, concurrency, ablation_seeds, faults)
+    _use_engine(engine)
     if context is not None: _agent_options(False, context, None)
     s = _settings(base_url=base_url)
     out = _out_folder(out)

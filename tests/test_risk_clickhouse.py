@@ -1,5 +1,5 @@
 "The risk dataset in ClickHouse (chdb): `reach data build --engine clickhouse` copies the same rows, read-only."
-import json, subprocess, sys
+import json, re, subprocess, sys
 
 import pytest
 
@@ -199,3 +199,25 @@ def test_clickhouse_refuses_what_duckdb_refuses(copied):
     assert all(v and ('READONLY' in v or 'readonly' in v) for v in got['refused'].values()), got['refused']
     assert got['slow'] == 'QueryTimeout: query exceeded 0.3 s; narrow the window or filters', got['slow']
     assert got['after'] == got['duckdb'] > 20_000  # the engine answers again after the time limit, and nothing was written
+
+
+def _demo(tmp, *args, **env):
+    return subprocess.run([REACH, 'demo', *args], capture_output=True, text=True, timeout=300, cwd=tmp,
+                          env=clean_env(REACH_DATA_DIR=str(tmp), REACH_TRACE_DIR=str(tmp/'traces'), **env))
+
+
+def test_the_demo_answers_the_same_on_clickhouse(tmp_path):
+    "`reach demo --engine clickhouse` (and REACH_ENGINE) runs the same analysis to the same answer as on DuckDB."
+    r = subprocess.run([REACH, 'data', 'build', '--rows', '20000', '--path', str(tmp_path/'generated'/'risk.duckdb')],
+                       capture_output=True, text=True, timeout=300, env=clean_env(REACH_DATA_DIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    untimed = lambda out: re.sub(r'\d+\.\d+s\b', 'Ns', out)
+    duck, ch, env = _demo(tmp_path), _demo(tmp_path, '--engine', 'clickhouse'), _demo(tmp_path, REACH_ENGINE='clickhouse')
+    assert duck.returncode == ch.returncode == env.returncode == 0, (ch.stderr[-2000:], env.stderr[-2000:])
+    assert '== stopped: answer' in duck.stdout and 'tool calls' in duck.stdout
+    assert untimed(ch.stdout) == untimed(duck.stdout) == untimed(env.stdout)
+    assert (tmp_path/'clickhouse').is_dir()
+    bad = _demo(tmp_path, '--engine', 'postgres')
+    assert bad.returncode == 2 and bad.stdout == '' and bad.stderr.strip() == (
+        "Error: engine must be one of duckdb, clickhouse, got 'postgres' in option --engine: use duckdb or clickhouse "
+        "(the default is 'duckdb')")
