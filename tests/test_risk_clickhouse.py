@@ -95,6 +95,14 @@ def test_a_folder_another_process_holds_is_one_error_line(tmp_path):
     assert 'another process may be using that folder' in r.stderr
 
 
+def _script(code:str, tmp) -> dict:
+    "What the Python `code` prints as JSON, run in a fresh process over the copied dataset in `tmp`."
+    r = subprocess.run([sys.executable, '-c', code, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=600,
+                       env=clean_env(REACH_DATA_DIR=str(tmp)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
 SAME = r'''
 import json, math, sys, tempfile
 from pathlib import Path
@@ -116,14 +124,15 @@ def same(a, b):
     if isinstance(a, float) and isinstance(b, float): return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
     return a == b and type(a) is type(b)
 duck, ch = RiskDB(db), ClickHouseDB(db)
-diffs, rows, ops = [], 0, set()
-for f in filters:
+windows = [('2026-06-24', '2026-06-30'), ('2026-05-01', '2026-06-30', '2026-04-02', '2026-04-30')]
+diffs, rows = [], {}
+for f, w in [(f, windows[0]) for f in filters] + [(None, windows[1])]:
     for op, params in steps:
-        a, b = (run_operator(x, {'operator': op, 'params': params}, '2026-06-24', '2026-06-30', filters=f) for x in (duck, ch))
+        a, b = (run_operator(x, {'operator': op, 'params': params}, *w, filters=f) for x in (duck, ch))
         ok = (a.columns == b.columns and len(a.rows) == len(b.rows) and a.text() == b.text() and a.headline == b.headline
               and all(len(x) == len(y) and all(map(same, x, y)) for x, y in zip(a.rows, b.rows)))
-        if not ok: diffs.append([op, params, f])
-        rows, _ = rows + len(a.rows), ops.add(op)
+        if not ok: diffs.append([op, params, f, w])
+        rows[op] = rows.get(op, 0) + len(a.rows)
 calls = ([('list_datasets', {}), ('list_operators', {})] +
          [('describe_dataset', {'dataset': t}) for t in ('transactions', 'games', 'items', 'channels', 'users', 'devices')] +
          [('create_procedure', {'name': 'all', 'steps': [{'operator': o} for o in OPERATORS if o not in ('aggregate', 'zscore', 'cohort_compare')]
@@ -140,20 +149,16 @@ for engine in ('duckdb', 'clickhouse'):
         reg = risk_registry(ws)
         said[engine] = [reg.call(n, a).content for n, a in calls]
 tools = {n for n, _ in calls}
-print(json.dumps({'diffs': diffs, 'rows': rows, 'ops': sorted(ops), 'tools': len(tools),
+print(json.dumps({'diffs': diffs, 'rows': rows, 'tools': len(tools),
                   'tool_diffs': [c[0] for c, x, y in zip(calls, said['duckdb'], said['clickhouse']) if x != y],
                   'ran': said['clickhouse'][calls.index(('run_task', {'task_id': 'task_0001'}))][:200]}))
 '''
 
 def test_every_operator_and_tool_answers_the_same_on_both_engines(copied):
-    "Every operator (3 filters × 17 parameter sets) and the nine tools' texts, DuckDB against the ClickHouse copy."
-    tmp, _ = copied
-    r = subprocess.run([sys.executable, '-c', SAME, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=600,
-                       env=clean_env(REACH_DATA_DIR=str(tmp)))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout)
+    "Every operator (17 parameter sets, over 3 filters and 2 windows) and the nine tools' texts, DuckDB against the ClickHouse copy."
+    got = _script(SAME, copied[0])
     assert got['diffs'] == [] and got['tool_diffs'] == [], got
-    assert len(got['ops']) == 8 and got['tools'] == 9 and got['rows'] > 1000, got
+    assert len(got['rows']) == 8 and all(got['rows'].values()) and got['tools'] == 9, got  # every operator found rows
     assert "task_0001 'all 2026-06-24..2026-06-30' done" in got['ran'], got['ran']
 
 PROBES = r'''
@@ -189,11 +194,7 @@ print(json.dumps(out))
 
 def test_clickhouse_refuses_what_duckdb_refuses(copied):
     "The SQL-injection probes of the DuckDB tools, on ClickHouse: values stay values, names are checked, writes, files and URLs are refused."
-    tmp, _ = copied
-    r = subprocess.run([sys.executable, '-c', PROBES, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=300,
-                       env=clean_env(REACH_DATA_DIR=str(tmp)))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout)
+    got = _script(PROBES, copied[0])
     assert got['made'] and '[1] concentration: no successful payments in the window or the baseline' in got['ran'], got['ran']
     assert "unknown dimension 'user_id; DROP TABLE x'" in got['dim']
     assert all(v and ('READONLY' in v or 'readonly' in v) for v in got['refused'].values()), got['refused']

@@ -137,12 +137,14 @@ _METRIC_COL = {'amount': 'amount_cny', 'txns': 'txns', 'users': 'users', 'device
                'payers': 'payers'}
 
 # %% ../../nbs/42_risk_operators.ipynb #bbe1dfc0
-_CONCENTRATION_SQL = """WITH g AS (
+# per dimension and value, the window's amount and the baseline's (scaled): the same SQL on both engines
+_GROUPS_SQL = """WITH g AS (
   SELECT CASE {dim} END AS dim, CASE {value} END AS value,
     coalesce(sum(amount_cny) FILTER (WHERE ts >= $ws AND ts < $we), 0) AS w,
     coalesce(sum(amount_cny) FILTER (WHERE ts >= $bs AND ts < $be), 0) * $scale AS b
   FROM {src} WHERE {where} GROUP BY GROUPING SETS ({sets})),
-s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
+"""
+_CONCENTRATION_SQL = _GROUPS_SQL + """s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
         list_sum(max(w, $top)) / nullif(total_w, 0) AS top_share_w,
         list_sum(max(b, $top)) / nullif(total_b, 0) AS top_share_b,
         sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
@@ -157,12 +159,7 @@ SELECT dim, rank, x.value AS value, x.w AS w, x.b AS b, x.w - x.b AS change,
   total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM t ORDER BY dim, rank"""
 
 # %% ../../nbs/42_risk_operators.ipynb #bf0a68aa
-_CONCENTRATION_CH = """WITH g AS (
-  SELECT CASE {dim} END AS dim, CASE {value} END AS value,
-    coalesce(sum(amount_cny) FILTER (WHERE ts >= $ws AND ts < $we), 0) AS w,
-    coalesce(sum(amount_cny) FILTER (WHERE ts >= $bs AND ts < $be), 0) * $scale AS b
-  FROM {src} WHERE {where} GROUP BY GROUPING SETS ({sets})),
-s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
+_CONCENTRATION_CH = _GROUPS_SQL + """s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
         arraySum(arraySlice(arrayReverseSort(groupArray(w)), 1, $top)) / nullif(total_w, 0) AS top_share_w,
         arraySum(arraySlice(arrayReverseSort(groupArray(b)), 1, $top)) / nullif(total_b, 0) AS top_share_b,
         sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
