@@ -6,7 +6,7 @@
 from __future__ import annotations
 import importlib.util, os, sys, threading, time, traceback, warnings
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 import typer
 from .core import *
 from .config import Settings, load_settings, resolve_path
@@ -879,8 +879,8 @@ def data_build(rows:int = typer.Option(1_000_000,
     print(f"{out}: {meta.get('rows', '?')} transactions, seed {meta.get('seed', '?')}, "
           f"{out.stat().st_size / 1e6:.1f} MB ({time.perf_counter() - t:.1f}s)")
     if engine == 'clickhouse':
-        from reach_nb.risk.clickhouse import copy_to_clickhouse, embedded
-        t, e = time.perf_counter(), embedded()
+        from reach_nb.risk.clickhouse import clickhouse, copy_to_clickhouse
+        t, e = time.perf_counter(), clickhouse()
         name = copy_to_clickhouse(out, e, force=force, progress=True)
         n = e.execute(f'SELECT count() FROM "{name}".transactions')[1][0][0]
         print(f"ClickHouse {e.path}, database {name}: {n} transactions ({time.perf_counter() - t:.1f}s)")
@@ -905,17 +905,25 @@ def bench_loop_cmd(steps:int = typer.Option(20, help='Steps per run (model calls
     print_loop_bench(bench_loop(steps=steps, runs=runs, rounds=rounds))
 
 @bench_app.command('data')
-def bench_data_cmd(rows:int = typer.Option(10_000_000,
-                                           help='Transactions in the dataset (built on first use).'),
+def bench_data_cmd(rows:Optional[List[int]] = typer.Option(None, help='Transactions in the dataset (built on '
+                                                   'first use); repeat it for the growth with size. Default 10M.'),
                    repeat:int = typer.Option(3, help='Runs per side, each in a fresh process.'),
                    memory_limit:Optional[str] = typer.Option(None, help="DuckDB memory_limit, e.g. "
                                                                         "'300MB'."),
                    threads:Optional[int] = typer.Option(None, help='DuckDB threads (default: '
-                                                                   'settings).')):
-    ("Six-dimension concentration on a big dataset: the tools on the DuckDB file against "
+                                                                   'settings).'),
+                   engine:Optional[str] = typer.Option(None, help='duckdb or clickhouse: the tools on that engine '
+                                                                  'only (default: both, side by side).'),
+                   save:Optional[Path] = typer.Option(None, help='Write the figures as JSON to this file.'),
+                   plot:Optional[Path] = typer.Option(None, help='Draw time and memory against size into this '
+                                                                 'image (PNG, SVG...).')):
+    ("Six-dimension concentration on a big dataset: the tools on DuckDB and on ClickHouse against "
      "polars and pandas, time and peak memory.")
     from reach_nb.bench.data import bench_data_cli
-    bench_data_cli(rows=rows, repeat=repeat, memory_limit=memory_limit, threads=threads)
+    for n in rows or (): _at_least(n, 1, '--rows')
+    _at_least(repeat, 1, '--repeat')
+    bench_data_cli(rows=rows or [10_000_000], repeat=repeat, memory_limit=memory_limit, threads=threads,
+                   engine=engine, save=save, plot=plot)
 
 # %% ../nbs/99_cli.ipynb #3eb16148
 @bench_app.command('context')

@@ -38,6 +38,11 @@ class Settings:
     duckdb_memory_limit: str = '300MB'
     # where the analysis tools run their queries: duckdb (the file itself) or clickhouse (its copy)
     engine: str = 'duckdb'
+    # the clickhouse engine's server or cluster (http(s)://user:password@host:port, or chdb:///folder); empty = the
+    # embedded ClickHouse under data_dir. Not printed: it may carry a password
+    clickhouse_url: str = field(default='', repr=False)
+    # on that server, a database that already holds the dataset's tables, read as it is; empty = copy the dataset in
+    clickhouse_database: str = ''
     # the service's bearer tokens, comma-separated (`reach serve --token` adds to them)
     tokens: str = field(default='', repr=False)
     api_key: str = ''            # only from the environment

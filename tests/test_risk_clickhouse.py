@@ -95,10 +95,10 @@ def test_a_folder_another_process_holds_is_one_error_line(tmp_path):
     assert 'another process may be using that folder' in r.stderr
 
 
-def _script(code:str, tmp) -> dict:
+def _script(code:str, tmp, **env) -> dict:
     "What the Python `code` prints as JSON, run in a fresh process over the copied dataset in `tmp`."
     r = subprocess.run([sys.executable, '-c', code, str(tmp/'risk.duckdb')], capture_output=True, text=True, timeout=600,
-                       env=clean_env(REACH_DATA_DIR=str(tmp)))
+                       env=clean_env(REACH_DATA_DIR=str(tmp), **env))
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -222,3 +222,44 @@ def test_the_demo_answers_the_same_on_clickhouse(tmp_path):
     assert bad.returncode == 2 and bad.stdout == '' and bad.stderr.strip() == (
         "Error: engine must be one of duckdb, clickhouse, got 'postgres' in option --engine: use duckdb or clickhouse "
         "(the default is 'duckdb')")
+
+
+# The server path: clickhouse-connect, ClickHouse's own client, as against a server or cluster. No server new enough runs
+# here (Debian's is 18.16), so the client speaks to chdb's engine through its `chdb://` transport: the same client calls
+# and result decoding as over HTTP.
+def _server(tmp) -> dict:
+    return dict(REACH_CLICKHOUSE_URL=f"chdb://{tmp/'server'}")
+
+
+def test_the_server_path_answers_the_same_and_refuses_the_same(copied):
+    "Through clickhouse-connect: the dataset copied over the client, every operator and tool equal to DuckDB, the probes refused."
+    tmp = copied[0]
+    built = build(tmp, '--engine', 'clickhouse', **_server(tmp))
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert f"ClickHouse chdb://{tmp/'server'}, database risk_" in built.stdout and ': 20240 transactions' in built.stdout
+    same = _script(SAME, tmp, **_server(tmp))
+    assert same['diffs'] == [] and same['tool_diffs'] == [] and all(same['rows'].values()), same
+    probes = _script(PROBES, tmp, **_server(tmp))
+    assert probes['made'] and '[1] concentration: no successful payments' in probes['ran'], probes['ran']
+    assert all(v and ('READONLY' in v or 'readonly' in v) for v in probes['refused'].values()), probes['refused']
+    assert probes['slow'] == 'QueryTimeout: query exceeded 0.3 s; narrow the window or filters', probes['slow']
+    assert probes['after'] == probes['duckdb'] > 20_000
+
+
+def test_the_demo_on_a_server_and_a_server_that_is_not_there(tmp_path):
+    "`reach demo --engine clickhouse` with REACH_CLICKHOUSE_URL answers as on DuckDB; an address with nothing behind it is one Error line, its password unsaid."
+    r = subprocess.run([REACH, 'data', 'build', '--rows', '20000', '--path', str(tmp_path/'generated'/'risk.duckdb')],
+                       capture_output=True, text=True, timeout=300, env=clean_env(REACH_DATA_DIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    untimed = lambda out: re.sub(r'\d+\.\d+s\b', 'Ns', out)
+    duck, srv = _demo(tmp_path), _demo(tmp_path, '--engine', 'clickhouse', **_server(tmp_path))
+    assert duck.returncode == srv.returncode == 0, srv.stderr[-2000:]
+    assert untimed(srv.stdout) == untimed(duck.stdout) and (tmp_path/'server').is_dir()
+    assert not (tmp_path/'clickhouse').exists()  # the embedded engine was not used
+    gone = _demo(tmp_path, '--engine', 'clickhouse', REACH_CLICKHOUSE_URL='http://risk:s3cret@127.0.0.1:9')
+    assert gone.returncode == 2 and gone.stdout == '', gone
+    err = gone.stderr.strip().splitlines()[-1]  # after the demo's note that the simulated analyst answers
+    assert len(gone.stderr.strip().splitlines()) == 2 and gone.stderr.startswith('No model configured'), gone.stderr
+    assert err.startswith('Error: cannot reach ClickHouse at http://risk:***@127.0.0.1:9 (Connection refused)'), err
+    assert err.endswith('in the clickhouse_url setting: check the address, the user and that the server runs'), err
+    assert 's3cret' not in gone.stderr

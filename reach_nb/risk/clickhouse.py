@@ -4,7 +4,8 @@
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #f94d1720
 from __future__ import annotations
-import hashlib, re, tempfile, threading
+import hashlib, logging, re, tempfile, threading
+from datetime import date, datetime, timezone
 from pathlib import Path
 import duckdb
 from fastcore.basics import patch
@@ -14,8 +15,8 @@ from .data import TABLES, read_meta
 
 # %% auto #0
 __all__ = ['CLICKHOUSE_TYPES', 'SORT_KEYS', 'ENGINES', 'clickhouse_path', 'database_name', 'Embedded', 'embedded',
-           'clickhouse_columns', 'clickhouse_meta', 'copy_to_clickhouse', 'read_sorted', 'guards', 'bind',
-           'ClickHouseDB', 'open_db']
+           'clickhouse_columns', 'clickhouse_meta', 'copy_to_clickhouse', 'read_sorted', 'Server', 'clickhouse',
+           'guards', 'bind', 'ClickHouseDB', 'open_db']
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #c1adc173
 def clickhouse_path() -> Path:
@@ -27,6 +28,13 @@ def database_name(db:str|Path) -> str:
     p = Path(db).expanduser().resolve()
     stem = re.sub(r'\W', '_', p.stem, flags=re.ASCII)[:40] or 'risk'
     return f"{stem}_{hashlib.sha256(str(p).encode()).hexdigest()[:8]}"
+
+def _rows(t) -> tuple[list[str], list[tuple]]:
+    "The column names and rows of an Arrow table of results; times in UTC made the naive times the dataset holds."
+    import pyarrow as pa
+    t = t.cast(pa.schema([f.with_type(pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) and f.type.tz
+                          else f for f in t.schema]))
+    return t.column_names, list(zip(*(c.to_pylist() for c in t.columns))) if t.num_columns else []
 
 class Embedded:
     "The process's embedded ClickHouse: one connection to one folder, one query at a time."
@@ -56,11 +64,15 @@ class Embedded:
         with self.lock:
             try: t = self.con.query(sql, 'ArrowTable', params=params or None)
             except RuntimeError: self._drain(); raise
-        if not isinstance(t, pa.Table): return [], []  # a statement that returns nothing
-        # the dataset's times are written without a zone: UTC back to the naive times they were
-        t = t.cast(pa.schema([f.with_type(pa.timestamp(f.type.unit)) if pa.types.is_timestamp(f.type) and f.type.tz
-                              else f for f in t.schema]))
-        return t.column_names, list(zip(*(c.to_pylist() for c in t.columns))) if t.num_columns else []
+        return _rows(t) if isinstance(t, pa.Table) else ([], [])  # a statement returns nothing
+
+    def load(self, database:str, table:str, con, folder:Path):
+        "Copy the DuckDB table `table` of `con` into `database`, through a Parquet file written in `folder`."
+        f = Path(folder)/f'{table}.parquet'
+        where = str(f).replace("'", "''")  # a quote in the temporary folder's path
+        con.execute(f"COPY \"{table}\" TO '{where}' (FORMAT parquet)")
+        self.execute(f"INSERT INTO \"{database}\".\"{table}\" SELECT * FROM file('{where}', Parquet)")
+        f.unlink()
 
 _ENGINE: list[Embedded] = []
 _OPENING = threading.Lock()
@@ -93,21 +105,21 @@ def clickhouse_columns(con, table:str) -> str:
     return ', '.join(one(c, t, n) for (c, t), n in zip(cols, nulls))
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #81793317
-def clickhouse_meta(db:str|Path, engine:Embedded|None=None) -> dict|None:
+def clickhouse_meta(db:str|Path, engine:Embedded|Server|None=None) -> dict|None:
     "The `dataset_meta` of the ClickHouse copy of the DuckDB file `db`, or None when there is none."
-    e, name = engine or embedded(), database_name(db)
+    e, name = engine or clickhouse(), database_name(db)
     _, found = e.execute('SELECT count() FROM system.tables WHERE database = {d:String} AND name = {t:String}',
                          {'d': name, 't': 'dataset_meta'})
     if not found[0][0]: return None
     return dict(e.execute(f'SELECT key, value FROM "{name}".dataset_meta')[1])
 
 def copy_to_clickhouse(db:str|Path, # a finished DuckDB risk dataset
-                       engine:Embedded|None=None, # default `embedded()`
+                       engine:Embedded|Server|None=None, # default `clickhouse()`
                        force:bool=False, # copy even when the copy is current
                        progress:bool=False, # a bar per table on stderr
                       ) -> str:
     "Copy every table of the DuckDB dataset `db` into ClickHouse, unless the copy is current; the database's name."
-    e, name, meta = engine or embedded(), database_name(db), read_meta(db)
+    e, name, meta = engine or clickhouse(), database_name(db), read_meta(db)
     if meta is None: raise UserError('no finished risk dataset', str(db), 'build it first: reach data build')
     if not force and clickhouse_meta(db, e) == meta: return name
     new = f'{name}_new'
@@ -116,13 +128,9 @@ def copy_to_clickhouse(db:str|Path, # a finished DuckDB risk dataset
     bar = _bar(progress, len(TABLES))
     with duckdb.connect(str(db), read_only=True) as con, tempfile.TemporaryDirectory() as tmp:
         for t in TABLES:
-            f = Path(tmp)/f'{t}.parquet'
             e.execute(f'CREATE TABLE "{new}"."{t}" ({clickhouse_columns(con, t)}) ENGINE = MergeTree '
                       f"ORDER BY {SORT_KEYS.get(t, 'tuple()')}")
-            where = str(f).replace("'", "''")  # a quote in the temporary folder's path
-            con.execute(f"COPY \"{t}\" TO '{where}' (FORMAT parquet)")
-            e.execute(f"INSERT INTO \"{new}\".\"{t}\" SELECT * FROM file('{where}', Parquet)")
-            f.unlink()
+            e.load(new, t, con, tmp)
             bar.update(1)
     bar.close()
     e.execute(f'DROP DATABASE IF EXISTS "{name}" SYNC')
@@ -134,9 +142,9 @@ def _bar(on:bool, n:int):
     return tqdm(total=n, desc='ClickHouse copy', unit='table', disable=not on)
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #e06d70cf
-def read_sorted(db:str|Path, table:str, engine:Embedded|None=None) -> tuple[list[tuple], list[tuple]]:
+def read_sorted(db:str|Path, table:str, engine:Embedded|Server|None=None) -> tuple[list[tuple], list[tuple]]:
     "Every row of `table`, sorted by all its columns, from the DuckDB file `db` and from its ClickHouse copy."
-    e = engine or embedded()
+    e = engine or clickhouse()
     with duckdb.connect(str(db), read_only=True) as con:
         cols = [c for c, in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
                                         "ORDER BY ordinal_position", [table]).fetchall()]
@@ -145,6 +153,65 @@ def read_sorted(db:str|Path, table:str, engine:Embedded|None=None) -> tuple[list
     theirs = e.execute(f'SELECT * FROM "{database_name(db)}"."{table}" ORDER BY {order}')[1]
     return mine, [tuple(r) for r in theirs]
 
+# %% ../../nbs/41a_risk_clickhouse.ipynb #2a3f50de
+_READS = re.compile(r'\s*(SELECT|WITH|SHOW|DESC|DESCRIBE|EXISTS|EXPLAIN)\b', re.I)  # statements that return rows
+_BATCH = 1_000_000  # rows per insert when a dataset is copied to a server
+
+def _redact(url:str) -> str: return re.sub(r'(//[^:/@]*):[^@/]*@', r'\1:***@', url)
+
+class Server:
+    "A ClickHouse server or cluster through clickhouse-connect, with `Embedded`'s `execute` and `load`."
+    def __init__(self, url:str): # http(s)://user:password@host:port, or chdb:///folder
+        try: import clickhouse_connect
+        except ImportError: raise UserError('clickhouse-connect is not installed', 'the clickhouse_url setting',
+                                            'pip install "reach_nb[clickhouse]"') from None
+        from clickhouse_connect.driver.exceptions import Error
+        self.path, self.lock = _redact(url), threading.Lock()
+        log = logging.getLogger('clickhouse_connect')  # its modules' loggers take their level from it
+        level = log.level
+        log.setLevel(logging.CRITICAL)  # the failure is said once, below, not logged as well
+        try: self.client = clickhouse_connect.get_client(dsn=url)
+        except (Error, OSError, ValueError) as e:
+            why = re.search(r'\[Errno -?\d+\] ([^\'")\]]+)', str(e))  # the socket's reason, under urllib3's wrapping
+            raise UserError(f'cannot reach ClickHouse at {self.path} '
+                            f'({why[1] if why else _redact(str(e)).strip().splitlines()[0][:200]})',
+                            'the clickhouse_url setting', 'check the address, the user and that the server runs') from None
+        finally: log.setLevel(level)
+
+    def execute(self, sql:str, params:dict|None=None) -> tuple[list[str], list[tuple]]:
+        "Run `sql` with ClickHouse's `{name:Type}` parameters bound; its column names and rows."
+        from clickhouse_connect.driver.exceptions import Error
+        with self.lock:
+            try:
+                if not _READS.match(sql): self.client.command(sql, parameters=params or None); return [], []
+                r = self.client.query(sql, parameters=params or None)
+                # no rows may come without their columns' names; Arrow's answer carries them
+                if not r.result_rows: return _rows(self.client.query_arrow(sql, parameters=params or None))
+            except Error as e: raise RuntimeError(_redact(str(e))) from None
+        naive = lambda v: v.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(v, datetime) and v.tzinfo else v
+        return list(r.column_names), [tuple(map(naive, row)) for row in r.result_rows]
+
+    def load(self, database:str, table:str, con, folder:Path|None=None):
+        "Copy the DuckDB table `table` of `con` into `database` over the connection, `_BATCH` rows (Arrow) at a time."
+        import pyarrow as pa
+        from clickhouse_connect.driver.exceptions import Error
+        with con.cursor() as cur:  # a cursor of its own: the reader holds it until the last batch
+            for batch in cur.sql(f'SELECT * FROM "{table}"').to_arrow_reader(_BATCH):
+                with self.lock:
+                    try: self.client.insert_arrow(table, pa.Table.from_batches([batch]), database=database)
+                    except Error as e: raise RuntimeError(_redact(str(e))) from None
+
+_SERVERS: dict[str, Server] = {}
+
+def clickhouse(settings=None) -> Embedded|Server:
+    ("The ClickHouse the tools use: the server at the `clickhouse_url` setting (one client per URL in the process), "
+     "else the process's embedded engine.")
+    url = (settings or load_settings()).clickhouse_url
+    if not url: return embedded()
+    with _OPENING:
+        if url not in _SERVERS: _SERVERS[url] = Server(url)
+    return _SERVERS[url]
+
 # %% ../../nbs/41a_risk_clickhouse.ipynb #19135b45
 def guards(seconds:float=20.0, memory:int=300_000_000) -> str:
     "The SETTINGS clause the tools' queries end with: read-only, `seconds` of time and `memory` bytes at most."
@@ -152,7 +219,6 @@ def guards(seconds:float=20.0, memory:int=300_000_000) -> str:
     return f'SETTINGS max_execution_time = {float(seconds):g}, max_memory_usage = {int(memory)}, readonly = 1'
 
 # %% ../../nbs/41a_risk_clickhouse.ipynb #a0b4f2a8
-from datetime import date, datetime
 from .db import DATASETS, QueryTimeout, RiskDB, Rows
 
 _DUCKDB_TYPES = {ch: duck for duck, ch in CLICKHOUSE_TYPES.items()}
@@ -190,15 +256,19 @@ class ClickHouseDB(RiskDB):
                  row_limit:int=1000, # most rows a query returns
                  query_timeout:float=20.0, # seconds a query may run
                  memory:int=300_000_000, # bytes a query may use
-                 engine:Embedded|None=None): # default `embedded()`
+                 engine:Embedded|Server|None=None, # default `clickhouse()`
+                 database:str|None=None): # a database already holding the tables; default the setting, else the copy's
         self.path = Path(path)
         if not self.path.exists(): raise FileNotFoundError(
             f"No dataset at {self.path}; build one with reach_nb.risk.data.build_dataset().")
         self.row_limit, self.query_timeout, self.memory = row_limit, query_timeout, memory
         self._lock, self._cache, self.config = threading.Lock(), {}, {}
-        self.ch = engine or embedded()
-        self.database = copy_to_clickhouse(self.path, self.ch)
+        self.ch = engine or clickhouse()
+        self.database = database or load_settings().clickhouse_database or copy_to_clickhouse(self.path, self.ch)
         self.columns = self._visible_columns()
+        if 'transactions' not in self.columns: raise UserError(
+            f"database {self.database!r} has no transactions table", f'ClickHouse at {self.ch.path}',
+            'name a database that holds the dataset (clickhouse_database), or leave it empty to copy the dataset in')
 
     def close(self): pass  # the process's ClickHouse stays open for the next
     def table(self, name:str) -> str: return f'"{self.database}"."{name}"'
