@@ -137,37 +137,39 @@ _METRIC_COL = {'amount': 'amount_cny', 'txns': 'txns', 'users': 'users', 'device
                'payers': 'payers'}
 
 # %% ../../nbs/42_risk_operators.ipynb #bbe1dfc0
-# per dimension and value, the window's amount and the baseline's (scaled): the same SQL on both engines
-_GROUPS_SQL = """WITH g AS (
-  SELECT CASE {dim} END AS dim, CASE {value} END AS value,
-    coalesce(sum(amount_cny) FILTER (WHERE ts >= $ws AND ts < $we), 0) AS w,
-    coalesce(sum(amount_cny) FILTER (WHERE ts >= $bs AND ts < $be), 0) * $scale AS b
-  FROM {src} WHERE {where} GROUP BY GROUPING SETS ({sets})),
+# per dimension and value, the window's amount and the baseline's (scaled): the same SQL on both engines. Each row's
+# two amounts are worked out once, below the grouping, not once per grouping set
+_GROUPS_SQL = """WITH g AS {materialized}(
+  SELECT CASE {dim} END AS dim, CASE {value} END AS value, sum(aw) AS w, sum(ab) * $scale AS b
+  FROM (SELECT {cols}, CASE WHEN ts >= $ws AND ts < $we THEN amount_cny ELSE 0 END AS aw,
+               CASE WHEN ts >= $bs AND ts < $be THEN amount_cny ELSE 0 END AS ab
+        FROM {src} WHERE {where}) GROUP BY GROUPING SETS ({sets})),
 """
+# the k-th smallest key of each direction (`cut_up` when the total rose) bounds the rows that can be in the top k;
+# only those few are sorted, by (key, value)
 _CONCENTRATION_SQL = _GROUPS_SQL + """s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
         list_sum(max(w, $top)) / nullif(total_w, 0) AS top_share_w,
         list_sum(max(b, $top)) / nullif(total_b, 0) AS top_share_b,
         sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
-        CASE WHEN total_change < 0
-             THEN min_by(struct_pack(value := value, w := w, b := b), struct_pack(k := w - b, v := value), $top)
-             ELSE min_by(struct_pack(value := value, w := w, b := b), struct_pack(k := b - w, v := value), $top)
-        END AS tops
+        min(b - w, $top)[-1] AS cut_up, min(w - b, $top)[-1] AS cut_down
       FROM g GROUP BY dim),
-t AS (SELECT *, unnest(generate_series(1, len(tops))) AS rank, unnest(tops) AS x FROM s)
-SELECT dim, rank, x.value AS value, x.w AS w, x.b AS b, x.w - x.b AS change,
-  (x.w - x.b) / nullif(total_change, 0) AS share,
-  total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM t ORDER BY dim, rank"""
+k AS (SELECT g.*, CASE WHEN total_change < 0 THEN w - b ELSE b - w END AS key FROM g JOIN s USING (dim)
+      WHERE key <= CASE WHEN total_change < 0 THEN cut_down ELSE cut_up END),
+t AS (SELECT *, row_number() OVER (PARTITION BY dim ORDER BY key, value) AS rank FROM k QUALIFY rank <= $top)
+SELECT dim, rank, value, w, b, w - b AS change, (w - b) / nullif(total_change, 0) AS share,
+  total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM t JOIN s USING (dim) ORDER BY dim, rank"""
 
 # %% ../../nbs/42_risk_operators.ipynb #bf0a68aa
+# `groupArraySorted(k)` keeps the k smallest as it goes: each direction's top k by (key, value), without sorting
 _CONCENTRATION_CH = _GROUPS_SQL + """s AS (SELECT dim, sum(w) AS total_w, sum(b) AS total_b, total_w - total_b AS total_change,
-        arraySum(arraySlice(arrayReverseSort(groupArray(w)), 1, $top)) / nullif(total_w, 0) AS top_share_w,
-        arraySum(arraySlice(arrayReverseSort(groupArray(b)), 1, $top)) / nullif(total_b, 0) AS top_share_b,
+        -arraySum(groupArraySorted($top)(-w)) / nullif(total_w, 0) AS top_share_w,
+        -arraySum(groupArraySorted($top)(-b)) / nullif(total_b, 0) AS top_share_b,
         sum(w * w) / nullif(pow(total_w, 2), 0) AS hhi_w, sum(b * b) / nullif(pow(total_b, 2), 0) AS hhi_b,
-        arraySlice(arraySort(x -> (if(total_change < 0, x.2 - x.3, x.3 - x.2), x.1), groupArray((value, w, b))),
-                   1, $top) AS tops
+        if(total_change < 0, groupArraySorted($top)((w - b, value, w, b)),
+           groupArraySorted($top)((b - w, value, w, b))) AS tops
       FROM g GROUP BY dim)
-SELECT dim, rank, x.1 AS value, x.2 AS w, x.3 AS b, x.2 - x.3 AS change,
-  (x.2 - x.3) / nullif(total_change, 0) AS share,
+SELECT dim, rank, x.2 AS value, x.3 AS w, x.4 AS b, x.3 - x.4 AS change,
+  (x.3 - x.4) / nullif(total_change, 0) AS share,
   total_w, total_b, top_share_w, top_share_b, hhi_w, hhi_b FROM s ARRAY JOIN tops AS x, arrayEnumerate(tops) AS rank
 ORDER BY dim, rank"""
 
@@ -176,9 +178,11 @@ def concentration_sql(q:Query, dims:list[str]) -> str:
     "The one query for all `dims`: grouping sets over the window and baseline together."
     cols = [q.col(d) for d in dims]
     case = lambda then: ' '.join(f"WHEN GROUPING({c}) = 0 THEN {then(d, c)}" for d, c in zip(dims, cols))
-    sql = _CONCENTRATION_CH if q.db.engine == 'clickhouse' else _CONCENTRATION_SQL
-    return sql.format(dim=case(lambda d, c: f"'{d}'"), value=case(lambda d, c: f'CAST({c} AS VARCHAR)'),
-                      src=q.source(*dims), where=q.where(), sets=', '.join(f'({c})' for c in cols))
+    ch = q.db.engine == 'clickhouse'
+    return (_CONCENTRATION_CH if ch else _CONCENTRATION_SQL).format(
+        materialized='' if ch else 'MATERIALIZED ',  # DuckDB: g is read twice, and must be the same both times
+        dim=case(lambda d, c: f"'{d}'"), value=case(lambda d, c: f'CAST({c} AS VARCHAR)'), cols=', '.join(cols),
+        src=q.source(*dims), where=q.where(), sets=', '.join(f'({c})' for c in cols))
 
 # %% ../../nbs/42_risk_operators.ipynb #27c59f6e
 def _concentration_stats(rows:list[tuple], dims:list[str]) -> dict:
