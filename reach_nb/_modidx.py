@@ -606,6 +606,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'reach_nb.bench.data._python': ('bench_data.html#_python', 'reach_nb/bench/data.py'),
                                      'reach_nb.bench.data._ratios': ('bench_data.html#_ratios', 'reach_nb/bench/data.py'),
                                      'reach_nb.bench.data._reach_side': ('bench_data.html#_reach_side', 'reach_nb/bench/data.py'),
+                                     'reach_nb.bench.data._same_change': ('bench_data.html#_same_change', 'reach_nb/bench/data.py'),
                                      'reach_nb.bench.data._side_result': ('bench_data.html#_side_result', 'reach_nb/bench/data.py'),
                                      'reach_nb.bench.data._span': ('bench_data.html#_span', 'reach_nb/bench/data.py'),
                                      'reach_nb.bench.data._spawn': ('bench_data.html#_spawn', 'reach_nb/bench/data.py'),

@@ -332,11 +332,17 @@ def _close(x, y) -> bool:
     if x is None or y is None: return x is y
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
 
+def _same_change(a:dict, b:dict) -> bool:
+    ("Two top rows' changes equal to the rounding of the sums they are the difference of (a change near zero "
+     "between two large sums keeps only their absolute error).")
+    scale = max(abs(a.get('window_cny') or 0), abs(a.get('baseline_cny') or 0), 1.0)
+    return math.isclose(a['change_cny'], b['change_cny'], rel_tol=1e-9, abs_tol=1e-9 * scale)
+
 def _tops_agree(x:list, y:list) -> bool:
     ("Two top lists name the same values in the same order with the same changes; two values may "
      "differ only where their changes tie to rounding.")
     c = [r['change_cny'] for r in x]
-    if len(x) != len(y) or not all(map(_close, c, [r['change_cny'] for r in y])): return False
+    if len(x) != len(y) or not all(map(_same_change, x, y)): return False
     tied = lambda i: i == len(c) - 1 or any(_close(c[i], c[j]) for j in (i - 1, i + 1) if 0 <= j < len(c))
     return all(a['value'] == b['value'] or tied(i) for i, (a, b) in enumerate(zip(x, y)))
 
