@@ -207,16 +207,23 @@ def _demo(tmp, *args, **env):
                           env=clean_env(REACH_DATA_DIR=str(tmp), REACH_TRACE_DIR=str(tmp/'traces'), **env))
 
 
+def _demo_dataset(tmp):
+    "The 20,000-row dataset the demo reads, built where `_demo` looks for it."
+    r = subprocess.run([REACH, 'data', 'build', '--rows', '20000', '--path', str(tmp/'generated'/'risk.duckdb')],
+                       capture_output=True, text=True, timeout=300, env=clean_env(REACH_DATA_DIR=str(tmp)))
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _untimed(out:str) -> str: return re.sub(r'\d+\.\d+s\b', 'Ns', out)
+
+
 def test_the_demo_answers_the_same_on_clickhouse(tmp_path):
     "`reach demo --engine clickhouse` (and REACH_ENGINE) runs the same analysis to the same answer as on DuckDB."
-    r = subprocess.run([REACH, 'data', 'build', '--rows', '20000', '--path', str(tmp_path/'generated'/'risk.duckdb')],
-                       capture_output=True, text=True, timeout=300, env=clean_env(REACH_DATA_DIR=str(tmp_path)))
-    assert r.returncode == 0, r.stderr[-2000:]
-    untimed = lambda out: re.sub(r'\d+\.\d+s\b', 'Ns', out)
+    _demo_dataset(tmp_path)
     duck, ch, env = _demo(tmp_path), _demo(tmp_path, '--engine', 'clickhouse'), _demo(tmp_path, REACH_ENGINE='clickhouse')
     assert duck.returncode == ch.returncode == env.returncode == 0, (ch.stderr[-2000:], env.stderr[-2000:])
     assert '== stopped: answer' in duck.stdout and 'tool calls' in duck.stdout
-    assert untimed(ch.stdout) == untimed(duck.stdout) == untimed(env.stdout)
+    assert _untimed(ch.stdout) == _untimed(duck.stdout) == _untimed(env.stdout)
     assert (tmp_path/'clickhouse').is_dir()
     bad = _demo(tmp_path, '--engine', 'postgres')
     assert bad.returncode == 2 and bad.stdout == '' and bad.stderr.strip() == (
@@ -248,13 +255,10 @@ def test_the_server_path_answers_the_same_and_refuses_the_same(copied):
 
 def test_the_demo_on_a_server_and_a_server_that_is_not_there(tmp_path):
     "`reach demo --engine clickhouse` with REACH_CLICKHOUSE_URL answers as on DuckDB; an address with nothing behind it is one Error line, its password unsaid."
-    r = subprocess.run([REACH, 'data', 'build', '--rows', '20000', '--path', str(tmp_path/'generated'/'risk.duckdb')],
-                       capture_output=True, text=True, timeout=300, env=clean_env(REACH_DATA_DIR=str(tmp_path)))
-    assert r.returncode == 0, r.stderr[-2000:]
-    untimed = lambda out: re.sub(r'\d+\.\d+s\b', 'Ns', out)
+    _demo_dataset(tmp_path)
     duck, srv = _demo(tmp_path), _demo(tmp_path, '--engine', 'clickhouse', **_server(tmp_path))
     assert duck.returncode == srv.returncode == 0, srv.stderr[-2000:]
-    assert untimed(srv.stdout) == untimed(duck.stdout) and (tmp_path/'server').is_dir()
+    assert _untimed(srv.stdout) == _untimed(duck.stdout) and (tmp_path/'server').is_dir()
     assert not (tmp_path/'clickhouse').exists()  # the embedded engine was not used
     gone = _demo(tmp_path, '--engine', 'clickhouse', REACH_CLICKHOUSE_URL='http://risk:s3cret@127.0.0.1:9')
     assert gone.returncode == 2 and gone.stdout == '', gone
