@@ -38,6 +38,15 @@ class Usage(BaseModel):
         b = o.__dict__
         return Usage.model_validate({k: a[k] + b[k] for k in _USAGE_FIELDS})
 
+    @classmethod
+    def total(cls, usages:Iterable[Usage]) -> Usage:
+        "The sum of `usages`, built once (`sum` builds one `Usage` per term)."
+        t = dict.fromkeys(_USAGE_FIELDS, 0)
+        for u in usages:
+            d = u.__dict__
+            for k in _USAGE_FIELDS: t[k] += d[k]
+        return cls.model_validate(t)
+
 _USAGE_FIELDS = tuple(Usage.model_fields)
 
 # %% ../nbs/00_core.ipynb #59e079e6
@@ -282,6 +291,8 @@ Extra = Annotated[Union[PlanMade, TaskStart, TaskEnd, Routed, StageOutput],
                   Field(discriminator='type')]
 # the events a `Run` keeps in `extra`
 _EXTRA = EXTRA_EVENTS = (PlanMade, TaskStart, TaskEnd, Routed, StageOutput)
+# the events `Run.from_events` passes over: what they say, their step's `StepEnd` holds
+_PASSING = frozenset({StepStart, TokenDelta, ModelOutput, SafeguardFired, ToolStart, ToolEnd})
 _event_adapter = TypeAdapter(Event)
 
 def event_from_json(line:str|bytes|dict):
@@ -323,6 +334,10 @@ def from_events(cls:Run, events:Iterable) -> Run:
     if isinstance(events, Run): events = events.events()
     run = None
     for e in events:
+        if (k := type(e)) in _PASSING and run is not None: continue  # most events: by type, at once
+        if k is StepEnd and run is not None:
+            run.steps.append(e.step)
+            continue
         if isinstance(e, dict): e = event_from_json(e)
         if isinstance(e, RunStart): run = cls(question=e.question, agent=e.agent, model=e.model,
                                               meta=dict(e.meta))

@@ -663,20 +663,21 @@ _ARGS_KEYS = ('args', 'arguments', 'parameters', 'tool_args', 'action_input', 'i
 _BARE_NAME = re.compile(r'[^\W\d][\w.:-]*')
 _EXAMPLE_CALL = '{"tool": "search", "args": {"query": "..."}}'
 
-def parse_call(obj # an action: a dict in any dialect, a JSON string, a call string, or a `ToolCall`
+def parse_call(obj, # an action: a dict in any dialect, a JSON string, a call string, or a `ToolCall`
+               checked:bool=False # `obj` comes from `parse_json`, whose values never nest too deep
               ) -> tuple[str, dict]:
     ("Normalise an action in any of the forms models produce into `(tool_name, args)`; "
      "else raise `ValueError`.")
-    try: return _parse_call(obj)
+    try: return _parse_call(obj, checked)
     except ValueError: raise
     except Exception as e:
         raise ValueError(f"Cannot read this tool call ({type(e).__name__} while reading it): "
                          f"give an object like {_EXAMPLE_CALL}.") from None
 
-def _parse_call(obj) -> tuple[str, dict]:
+def _parse_call(obj, checked:bool=False) -> tuple[str, dict]:
     if hasattr(obj, 'tool') and hasattr(obj, 'args'): return obj.tool, dict(obj.args)
     if isinstance(obj, str): return _call_from_text(obj)
-    if isinstance(obj, dict): return _call_from_dict(_shallow_enough(obj, 'The action is'))
+    if isinstance(obj, dict): return _call_from_dict(obj if checked else _shallow_enough(obj, 'The action is'))
     raise ValueError(f"Cannot read a tool call from a {type(obj).__name__}: give an object like "
                      f'{_EXAMPLE_CALL} or a call like search(query="...").')
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_tools.ipynb #eece7b7d
 from __future__ import annotations
-import _thread, asyncio, copy, pydantic_core, collections.abc, contextvars, functools, inspect, itertools, json, os, queue, re, threading, types, uuid
+import _signal, _thread, asyncio, copy, pydantic_core, collections.abc, contextvars, functools, inspect, itertools, json, os, queue, re, signal, threading, types, uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
@@ -584,13 +584,17 @@ def prepare_args(self:Tool, args:dict,
     return kw, notes, problems
 
 # %% ../nbs/03_tools.ipynb #dab0b07d
+# json.dumps with these options, without building an encoder per call
+_TO_TEXT = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
 def render_output(x) -> str:
     "A tool's result as text for the model."
     if isinstance(x, str): return x
     if x is None: return '(no output)'
+    if type(x) is int: return int.__repr__(x)  # what JSON writes
     if isinstance(x, BaseModel): return x.model_dump_json()
     if isinstance(x, (dict, list, tuple, int, float, bool)):
-        try: return json.dumps(x, ensure_ascii=False, default=str)
+        try: return _TO_TEXT(x)
         except (TypeError, ValueError): return str(x)  # e.g. non-string keys, circular data
     md = getattr(x, '_repr_markdown_', None)
     md = md() if callable(md) else None
@@ -755,6 +759,61 @@ async def _run_async(t:Tool, kw:dict, timeout:float|None) -> tuple:
     busy = cf is not None and cf.cancel()
     fut.cancel()
     return ('busy' if busy else 'timeout'), timeout
+
+# %% ../nbs/03_tools.ipynb #0da4e826
+class _Deadline(BaseException):
+    ("Raised inside a sync tool on the main thread when its deadline passes (a BaseException: a "
+     "tool's `except Exception` lets it through).")
+
+class _Alarm:
+    "The state of the one alarm: 0 none of ours, 1 armed (a ring stops the call), 2 stopping (a ring is ignored)."
+    state = 0
+    rang = False
+
+def _ring(signum, frame):
+    "The SIGALRM handler: stop the armed call once; a ring that is not ours does what the default does."
+    if _Alarm.state == 1:
+        _Alarm.state, _Alarm.rang = 2, True
+        raise _Deadline
+    if _Alarm.state == 0:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGALRM)
+
+_MAIN = threading.main_thread()
+_HAS_ALARM = hasattr(signal, 'setitimer') and hasattr(signal, 'SIGALRM')  # POSIX
+
+def _alarm_free(timeout:float) -> bool:
+    ("Whether a call with `timeout` can use the alarm here: the main thread, SIGALRM reach_nb's "
+     "(installed if it had the default).")
+    if timeout < 0.01 or not _HAS_ALARM or threading.current_thread() is not _MAIN:
+        return False
+    h = _signal.getsignal(signal.SIGALRM)  # (signal.getsignal's wrapping into an enum costs 2 µs)
+    if h is _ring: return True
+    if h != signal.SIG_DFL: return False  # the program's own handler (or one set outside Python)
+    signal.signal(signal.SIGALRM, _ring)
+    return True
+
+def _run_alarm(t:Tool, kw:dict, timeout:float) -> tuple|None:
+    ("Run `t` inline with SIGALRM as its deadline; None (nothing run) when an interval timer was "
+     "already running.")
+    prev, _Alarm.state, _Alarm.rang = _Alarm.state, 1, False
+    old = signal.setitimer(signal.ITIMER_REAL, timeout)
+    if old[0]:
+        signal.setitimer(signal.ITIMER_REAL, *old)  # not ours to replace: put it back
+        _Alarm.state = prev
+        return None
+    out = None
+    try:
+        try:
+            try: out = 'ok', t.fn(**kw)
+            except Exception as e: out = 'tool_error', e
+            _Alarm.state = 2  # from here a ring is ignored
+        except _Deadline: pass
+    finally:
+        _Alarm.state = 2
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _Alarm.state = 0
+    return ('stopped', timeout) if _Alarm.rang else out
 
 # %% ../nbs/03_tools.ipynb #1542d802
 class ToolRegistry:
@@ -975,6 +1034,8 @@ def _error_text(t:Tool, kind:str, val) -> str:
     if kind == 'timeout': return (f"{_label(t)} did not finish within {val:g}s and was abandoned "
                                   "(it may still be running). Try a smaller "
                                   "request or another tool.")
+    if kind == 'stopped': return (f"{_label(t)} did not finish within {val:g}s and was stopped. "
+                                  "Try a smaller request or another tool.")
     if kind == 'busy': return (f"{_label(t)} could not start within {val:g}s: all "
                                f"{_workers.max_threads} worker threads are held by earlier calls "
                                "that timed out and are still running. Try again "
@@ -989,6 +1050,8 @@ def _limits(self:ToolRegistry, t:Tool) -> tuple:
 # %% ../nbs/03_tools.ipynb #a9f30774
 # where core's Observation records the tool's source
 _HAS_SOURCE = 'source' in Observation.model_fields
+# the error kind of an outcome that is not the tool's own
+_ERROR_OF = {'busy': 'timeout', 'stopped': 'timeout'}
 
 @patch
 def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call_id,
@@ -999,7 +1062,7 @@ def _observe(self:ToolRegistry, t:Tool, kw:dict, notes:list, outcome:tuple, call
     if kind == 'ok':
         content, cut = truncate(render_output(val), cap)
         obs = Observation(tool=t.name, content=content, truncated=cut, call_id=call_id, args=kw)
-    else: obs = _fail(t.name, 'timeout' if kind == 'busy' else kind, _error_text(t, kind, val),
+    else: obs = _fail(t.name, _ERROR_OF.get(kind, kind), _error_text(t, kind, val),
                       call_id, kw, cap)
     if notes: obs.content += f"\n(note: used {', '.join(notes)})"
     if _HAS_SOURCE and t.source: obs.source = t.source
@@ -1035,7 +1098,9 @@ def call(self:ToolRegistry, name:str|ToolCall, # a tool name, or a whole `ToolCa
     t, kw, notes = prep
     timeout, run_kw = self._limits(t)[0], _keyed(t, kw, key)
     if t.is_async: outcome = run_sync(_run_async(t, run_kw, timeout))
-    else: outcome = _run_thread(t, run_kw, timeout) if timeout else _run_inline(t, run_kw)
+    elif not timeout: outcome = _run_inline(t, run_kw)
+    else: outcome = (_run_alarm(t, run_kw, timeout) if _alarm_free(timeout) else None
+                     ) or _run_thread(t, run_kw, timeout)
     return self._observe(t, kw, notes, outcome, call_id, t0)
 
 # %% ../nbs/03_tools.ipynb #f2a63f87

@@ -263,7 +263,7 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
         reason = 'error'
         more = []
     finally: body.close()
-    usage = sum((s.usage for s in done), Usage())
+    usage = Usage.total(s.usage for s in done)
     usage.wall_time = time.perf_counter() - t0
     ended = {**model_labels(llm), **(more[0] if more else {})}
     yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=ended)
@@ -281,7 +281,7 @@ def cancellable(events:Iterable, # a run's events, from any agent's `stream`
     else: return
     if hasattr(it, 'close'): it.close()
     yield RunEnd(answer=known_summary(done), stop_reason='stopped',
-                 usage=sum((s.usage for s in done), Usage()),
+                 usage=Usage.total(s.usage for s in done),
                  meta={'stopped': 'the run was cancelled'})
 
 # %% ../../nbs/20_kernel.ipynb #1a156ad3

@@ -212,7 +212,9 @@ def _low(d:dict) -> dict: return {_k(k): v for k, v in d.items()}
 def _kind(low:dict) -> str: return _k(low['type']) if isinstance(low.get('type'), str) else ''
 
 def _pick(low:dict, names) -> Any:
-    return next((low[n] for n in names if low.get(n) not in (None, '')), None)
+    for n in names:
+        if (v := low.get(n)) is not None and v != '': return v
+    return None
 
 # %% ../../nbs/21_react.ipynb #05038858
 _THOUGHT = ('thought', 'reason', 'reasoning', 'thinking')
@@ -241,13 +243,15 @@ def _text(v) -> str|None:
     except (TypeError, ValueError, RecursionError): return f'<unreadable {type(v).__name__}>'
 
 # %% ../../nbs/21_react.ipynb #f3032283
-def decide(value:dict) -> Decision:
+def decide(value:dict, # a parsed reply
+           checked:bool=False # it comes from `parse_json`, so nothing in it nests too deep
+          ) -> Decision:
     ("Read a parsed reply in any supported dialect; `ValueError` if it has neither an action nor "
      "an answer.")
     if not isinstance(value, dict):
         raise ValueError(f"Expected a JSON object, got {type(value).__name__}.")
     low = _low(value)
-    try: calls = [ToolCall(tool=t, args=a) for t, a in map(parse_call, _acts(low, value))]
+    try: calls = [ToolCall(tool=t, args=a) for t, a in [parse_call(x, checked) for x in _acts(low, value)]]
     except RecursionError:
         raise ValueError('The action is nested too deeply to read: give {"tool": ..., "args": '
                          '{...}}.') from None
@@ -435,7 +439,7 @@ class _Loop:
 
     @property
     def usage(self) -> Usage: # the run frame sums them at the end
-        return sum((s.usage for s in self.steps), Usage())
+        return Usage.total(s.usage for s in self.steps)
 
     @property
     def messages(self) -> list[dict]:
@@ -532,7 +536,7 @@ def _read_json(self:_Loop, step:Step, text:str) -> tuple:
     step.parse_level, step.repairs = res.level, list(res.repairs)
     dec = None
     if res.ok:
-        try: dec = decide(res.value)
+        try: dec = decide(res.value, checked=True)
         except ValueError as e: res = res.model_copy(update=dict(level='failed', error=str(e)))
     if dec is None or res.level != 'strict':
         if (got := self._in_content(step, text)) is not None: return got, res
@@ -596,6 +600,7 @@ def _decode(self:_Loop, step:Step, resp:LLMResponse) -> Decision|None:
 
 # %% ../../nbs/21_react.ipynb #419d721d
 _as_key = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+_FLAT = (str, int, float, bool, type(None))
 
 @patch
 def _key(self:_Loop, c:ToolCall) -> str:
@@ -603,7 +608,10 @@ def _key(self:_Loop, c:ToolCall) -> str:
      "compare.")
     try: name, args = self.a.tools.canonical_call(c) or (c.tool, c.args)
     except Exception: name, args = c.tool, c.args
-    try: return name + _as_key(args)
+    try:
+        # plain values: their sorted repr, cheaper than JSON and as exact
+        if all(type(v) in _FLAT for v in args.values()): return name + repr(sorted(args.items()))
+        return name + _as_key(args)
     # unreadable arguments match nothing
     except (TypeError, ValueError, RecursionError): return f'{name}#{id(c)}'
 

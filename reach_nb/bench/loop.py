@@ -4,7 +4,8 @@
 
 # %% ../../nbs/90_bench.ipynb #86a7ad1f
 from __future__ import annotations
-import functools, importlib, json, time, statistics
+import functools, importlib, json, threading, time, statistics
+from concurrent.futures import ThreadPoolExecutor
 from ..core import Usage, UserError
 from ..llm.models import ChatModel, LLMResponse
 from ..agents.react import ReActAgent
@@ -87,7 +88,7 @@ def bench_loop(steps:int=20, # steps per run (model calls)
 
 # %% ../../nbs/90_bench.ipynb #3f1031ce
 _ROWS = [('reach_nb ReActAgent', 'agent_us_per_step',
-          '  (tools with a timeout: run in a worker thread)'),
+          '  (tools with a timeout: on the main thread, under the alarm)'),
          ('reach_nb ReActAgent, inline tools', 'inline_us_per_step',
           '  (ToolRegistry(timeout=None))'),
          ('bare Python loop', 'bare_us_per_step', ''),
@@ -122,8 +123,8 @@ def _counting_echo(n:dict):
     return echo
 
 def _reach_side(steps:int, timeout:float|None=30.0) -> tuple:
-    ("reach_nb's `ReActAgent` on the instant model: `echo` in a worker thread under the "
-     "registry's default timeout, or with `timeout=0` inline, as the peers run tools.")
+    ("reach_nb's `ReActAgent` on the instant model: `echo` under the registry's default timeout, "
+     "or with `timeout=0` inline, as the peers run tools.")
     n = {'tool': 0}
     llm = InstantLLM(_replies(steps))
     agent = ReActAgent(llm, ToolRegistry([_counting_echo(n)], timeout=timeout), max_steps=steps + 1)
@@ -189,9 +190,12 @@ def _langgraph_side(steps:int) -> tuple:
     return run, (lambda: (n['steps'], n['tool']))
 
 # %% ../../nbs/90_bench.ipynb #34ef420d
-_SIDES = {'reach_nb': _reach_side, 'reach_nb_inline': functools.partial(_reach_side, timeout=0),
+_SIDES = {'reach_nb': _reach_side, 'reach_nb_worker': _reach_side,
+          'reach_nb_inline': functools.partial(_reach_side, timeout=0),
           'smolagents': _smolagents_side, 'langgraph': _langgraph_side}
-_REACH = ('reach_nb', 'reach_nb_inline')
+_REACH = ('reach_nb', 'reach_nb_worker', 'reach_nb_inline')
+# run from another thread than the main one, where a call with a timeout goes to a worker thread
+_OFF_MAIN = {'reach_nb_worker'}
 
 def _check_counts(name:str, got:tuple, runs:int, steps:int):
     ("An AssertionError unless `name` made exactly the model and tool calls that "
@@ -202,7 +206,9 @@ def _check_counts(name:str, got:tuple, runs:int, steps:int):
         f"steps; the workload is {want[0]} and {want[1]}")
 
 def _timed_round(name:str, side:tuple, runs:int, steps:int) -> float:
-    "Seconds per step of `runs` runs on `side`, its counts checked."
+    "Seconds per step of `runs` runs on `side`, its counts checked (off the main thread for `_OFF_MAIN`)."
+    if name in _OFF_MAIN and threading.current_thread() is threading.main_thread():
+        with ThreadPoolExecutor(1) as ex: return ex.submit(_timed_round, name, side, runs, steps).result()
     run, counts = side
     before = counts()
     t = _per_step(lambda: run() or _fail(name), runs, steps)
@@ -232,6 +238,7 @@ def bench_loop_peers(steps:int=20, # steps per run (model calls); the last one a
 
 # %% ../../nbs/90_bench.ipynb #97b680f3
 _PEER_ROWS = [('reach_nb ReActAgent', 'reach_nb', ''),
+              ('reach_nb ReActAgent, off the main thread', 'reach_nb_worker', ''),
               ('reach_nb ReActAgent, tools inline', 'reach_nb_inline', ''),
               ('smolagents ToolCallingAgent', 'smolagents', 4),
               ('LangGraph StateGraph + ToolNode', 'langgraph', 25)]
@@ -241,9 +248,11 @@ def print_peers_bench(r:dict):
      "each peer's ratio to reach_nb.")
     print(f"Agent loop, {r['steps']} steps ({r['steps'] - 1} tool calls) x {r['runs']} runs per "
           f"framework (median of {r['rounds']} alternating rounds)")
-    for label, key, _ in _PEER_ROWS: print(f"  {label:<34}: {r['us_per_step'][key]:8.1f} µs/step")
-    for label, key, target in _PEER_ROWS[2:]:
-        print(f"  {label.split()[0] + ' / reach_nb':<34}: {r['ratios'][key + '/reach_nb']:8.1f}x  "
-              f"(target at least {target}x); inline {r['ratios'][key + '/reach_nb_inline']:.1f}x")
-    print("  (reach_nb runs each tool call in a worker thread, so that a call can time out;\n"
-          "   the peers and reach_nb inline run it in the loop's thread, with no time limit)")
+    for label, key, _ in _PEER_ROWS: print(f"  {label:<40}: {r['us_per_step'][key]:8.1f} µs/step")
+    for label, key, target in _PEER_ROWS[3:]:
+        print(f"  {label.split()[0] + ' / reach_nb':<40}: {r['ratios'][key + '/reach_nb']:8.1f}x  "
+              f"(target at least {target}x); off the main thread "
+              f"{r['ratios'][key + '/reach_nb_worker']:.1f}x; inline {r['ratios'][key + '/reach_nb_inline']:.1f}x")
+    print("  (reach_nb gives each tool call its 30 s timeout: on the main thread an alarm stops a call\n"
+          "   that overruns, elsewhere a worker thread runs it; the peers and reach_nb inline run it\n"
+          "   in the loop's thread with no time limit)")

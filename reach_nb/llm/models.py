@@ -157,9 +157,14 @@ def _stream(self:ChatModel, *args):
 @patch
 def _count(self:ChatModel, r:LLMResponse) -> LLMResponse:
     "Add one finished call to `usage`."
-    u = Usage(llm_calls=1, prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-              estimated_calls=int(r.usage_estimated), reasoning_tokens=r.reasoning_tokens)
-    with self._lock: self.usage += u
+    with self._lock:
+        a = self.usage  # one Usage built, not two
+        self.usage = Usage.model_validate({
+            **a.__dict__, 'llm_calls': a.llm_calls + 1,
+            'prompt_tokens': a.prompt_tokens + r.prompt_tokens,
+            'completion_tokens': a.completion_tokens + r.completion_tokens,
+            'estimated_calls': a.estimated_calls + int(r.usage_estimated),
+            'reasoning_tokens': a.reasoning_tokens + r.reasoning_tokens})
     return r
 
 # %% ../../nbs/10_llm.ipynb #183d5fe3

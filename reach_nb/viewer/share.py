@@ -35,7 +35,7 @@ def as_run(source, # a `Run`, a `RunViewer`, a path to a JSON-lines trace, or a 
 
 # %% ../../nbs/51_share.ipynb #fc8d5408
 def _usage(run:Run) -> Usage:
-    return run.usage if run.stop_reason else sum((s.usage for s in run.steps), Usage())
+    return run.usage if run.stop_reason else Usage.total(s.usage for s in run.steps)
 
 def run_figures(run) -> dict: # a run, or anything `as_run` takes
     ("What a run cost and gave: steps, model and tool calls, tokens, time, "

@@ -377,7 +377,7 @@ def run_state(run:Run, # the run
     return 'running' if live else 'incomplete: the trace has no run_end (the run was cut short)'
 
 def _usage_so_far(run:Run) -> Usage:
-    return run.usage if run.stop_reason else sum((s.usage for s in run.steps), Usage())
+    return run.usage if run.stop_reason else Usage.total(s.usage for s in run.steps)
 
 def _answer_html(run:Run, n:int, live:bool=False) -> str:
     if run.status == 'incomplete' and live: return '<i>no answer yet: the run is still going</i>'
