@@ -263,7 +263,8 @@ def test_fork_replacing_an_observation_and_a_reply(agent_module, tmp_path):
             info = store.info(fid)
             assert (info.parent, info.fork_step, info.session_id, info.status) == (rid, k, 'alice', 'finished')
         assert (a.meta['parent'], a.meta['fork_step']) == (rid, 2)
-        assert [s.index for s in b.steps] == [1, 2, 3] and b.steps[2].usage.llm_calls == 0
+        # the reply given stands in for step 3's model call, as in every architecture: counted, with no tokens
+        assert [s.index for s in b.steps] == [1, 2, 3] and (b.steps[2].usage.llm_calls, b.steps[2].usage.total_tokens) == (1, 0)
         assert [i.run_id for i in store.runs('alice')] == [rid, what_if, edited]
     assert lines(ledger) == ['a', 'b', 'c', 'd', 'd']  # the observation fork ran only step 3's call again
     assert len(lines(calls)) == 4 + 2  # steps 3 and 4 of the first fork; the second fork's reply was given

@@ -9,16 +9,16 @@ from collections import Counter, defaultdict
 from typing import Callable, Iterable, Iterator, NamedTuple
 from ..core import *
 from ..config import load_settings
-from ..tools import ToolRegistry
+from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel, LLMResponse, as_response
 
 # %% auto #0
 __all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage',
            'retried_note', 'llm_error_safeguards', 'model_call', 'model_reply', 'check_safeguards', 'switched_off',
            'switched_tools', 'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry',
-           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'cancellable', 'call_key', 'Journal',
-           'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on', 'fork_texts',
-           'fork_events', 'reply_events']
+           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'Agent', 'cancellable', 'call_key',
+           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
+           'fork_texts', 'fork_events', 'reply_events']
 
 # %% ../../nbs/20_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -234,7 +234,8 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     open_ = None
     t0 = time.perf_counter() if t0 is None else t0
     # it may ask
-    asks = getattr(agent, 'ask_user', False) or isinstance(getattr(agent, 'agents', None), dict)
+    asks = getattr(agent, 'may_ask', None)
+    if asks is None: asks = bool(getattr(agent, 'ask_user', False))  # an agent not built on `Agent`
     if start:
         names = switched_off(getattr(agent, 'safeguards', None))
         off = {'safeguards_off': names} if names else {}
@@ -267,6 +268,41 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     usage.wall_time = time.perf_counter() - t0
     ended = {**model_labels(llm), **(more[0] if more else {})}
     yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=ended)
+
+# %% ../../nbs/20_kernel.ipynb #01252027
+class Agent:
+    ("What every architecture has around its own `stream`: `run` to the end, `fork` a run at a step, "
+     "`reply` to a run that waits for the user.")
+    takes_head:bool = False  # whether `stream` takes `head=`: the conversation so far, as messages
+
+    @property
+    def may_ask(self) -> bool:
+        "Whether a run may stop to ask the user (made with `ask_user=True`)."
+        return bool(getattr(self, 'ask_user', False))
+
+    def run(self, question:str) -> Run:
+        "Run to the end and return the `Run`."
+        return Run.from_events(self.stream(question))
+
+    def fork_events(self, run:Run, # any run, live or loaded from a trace
+                    step:int, # the step to change: earlier steps are played back as they were
+                    model_output=None, # the model's reply at `step` instead of asking it (a str or LLMResponse)
+                    observation=None, # what the calls at `step` returned instead: a text, a list, {position: text}
+                    parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
+                    meta:dict|None=None) -> Iterator: # more labels for the fork's `RunStart.meta`
+        "The kernel's `fork_events` for this agent: the fork's events as they happen."
+        return fork_events(self, run, step, model_output, observation, parent, meta)
+
+    def fork(self, run:Run, step:int, model_output=None, observation=None,
+             parent:str|None=None) -> Run:
+        "Carry `run` on from step `step` (its reply or its calls' results replaced) and return the new `Run`."
+        return Run.from_events(self.fork_events(run, step, model_output, observation, parent))
+
+    def reply(self, run:Run, # a run that stopped with `needs_input`
+              text:str, # the user's reply to its question
+              meta:dict|None=None) -> Iterator: # more labels for the new run's `RunStart.meta`
+        "The kernel's `reply_events` for this agent: `text` as the result of the run's `ask_user` call."
+        return reply_events(self, run, text, meta)
 
 # %% ../../nbs/20_kernel.ipynb #b67c8aae
 def cancellable(events:Iterable, # a run's events, from any agent's `stream`
@@ -616,5 +652,6 @@ def reply_events(agent, # the agent whose run waits (the run's architecture and 
                          f"{run.stop_reason!r}); ask a new question instead.")
     pairs = enumerate(zip(last.actions, last.observations))
     k = next(k for k, (a, o) in pairs if is_ask(a) and o.content == WAITING)
-    j = _journal_to(agent, run, last.index, observation={k: str(text)[:20_000]})
+    cap = getattr(getattr(agent, 'tools', None), 'max_chars', None) or 20_000  # as any observation is cut
+    j = _journal_to(agent, run, last.index, observation={k: truncate(str(text), cap)[0]})
     return _carry(agent, run, j, {**(meta or {}), 'replied_step': last.index}, after)

@@ -17,7 +17,7 @@ from ..tools import ToolRegistry, suggest_name, truncate
 from ..llm.models import ChatModel
 from .react import PROTOCOL, Decision, decide
 from .kernel import Shown, known_summary
-from .kernel import check_safeguards, default_registry, model_call, run_frame
+from .kernel import Agent, check_safeguards, default_registry, model_call, run_frame
 from .kernel import switched_tools, with_ask_user
 from .plan import ask_json, asking, run_plan
 
@@ -357,7 +357,7 @@ def channels(run:Run|Iterable) -> dict[str, list[str]]:
         if isinstance(e, StageOutput): out[e.channel].append(e.content)
     return out
 
-class PipelineAgent:
+class PipelineAgent(Agent):
     ("An agent made of stages named in a YAML file; `.run(question)` → `Run`, "
      "`.stream(question)` → events.")
     def __init__(self, llm:ChatModel, # the chat model (any backend)
@@ -377,7 +377,6 @@ class PipelineAgent:
         self.pipeline = pipeline if isinstance(pipeline, Pipeline) else load_pipeline(pipeline)
 
     channels = staticmethod(channels)
-    def run(self, question:str) -> Run: return Run.from_events(self.stream(question))
     stream_tokens:bool = False  # stream each model reply as `TokenDelta` events (set it on an agent to turn it on)
     def stream(self, question:str,
                meta:dict|None=None) -> Iterator: # meta: labels for `RunStart.meta`

@@ -12,7 +12,7 @@ from ..parse import ParseResult, parse_json, correction_message
 from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
 from .kernel import check_safeguards, crash_safeguard, known_summary, model_call
-from .kernel import run_frame, strict_only
+from .kernel import Agent, run_frame, strict_only
 
 # %% auto #0
 __all__ = ['PLAN_FORMAT', 'json_step', 'ask_json', 'asking', 'reader_check', 'read_plan', 'check_plan', 'refs', 'resolve',
@@ -355,7 +355,7 @@ def run_events(run, # one run: its agent `a` (with `llm` and `name`), question `
                      level=parse_level, keep_answer=keep_answer, t0=run.t0)
 
 # %% ../../nbs/22_plan.ipynb #ec32d8d9
-class PlanningAgent:
+class PlanningAgent(Agent):
     ("What the planning agents share: `stream` yields a run's events as they happen, `run` returns "
      "the `Run`.")
     runner:type = None  # the class of one run: `runner(agent, question).events()`
@@ -369,6 +369,3 @@ class PlanningAgent:
         run = self.runner(self, question)
         run.labels = meta
         return run.events()
-    def run(self, question:str) -> Run:
-        "Run to the end and return the `Run`."
-        return Run.from_events(self.stream(question))

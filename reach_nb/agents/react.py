@@ -20,7 +20,7 @@ from .kernel import with_ask_user
 from .kernel import SAFEGUARDS, Shown, call_usage, check_safeguards, crash_safeguard
 from .kernel import default_registry, error_text, known_summary, llm_error_safeguards
 from .kernel import model_call, model_reply, retried_note, run_frame, strict_only
-from .kernel import fork_texts, switched_off, switched_tools
+from .kernel import Agent, switched_off, switched_tools
 from ..llm.context import ContextPolicy, get_policy, extractive_summary, prompt_for
 
 # %% auto #0
@@ -310,9 +310,10 @@ _off, _switched = switched_off, switched_tools
 
 
 # %% ../../nbs/21_react.ipynb #00f163f9
-class ReActAgent:
+class ReActAgent(Agent):
     ("A ReAct agent over `llm` and `tools`; `.run(question)` → `Run`, `.stream(question)` → "
      "events.")
+    takes_head = True  # `stream` takes the conversation so far as `head=`
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  max_steps:int=10, # hard cap on model calls before the final answer
@@ -386,11 +387,6 @@ def _agent_dialect(dialect:Dialect|str, mode:str) -> Dialect:
     return NATIVE_DIALECT
 
 # %% ../../nbs/21_react.ipynb #8ac486a8
-@patch
-def run(self:ReActAgent, question:str) -> Run:
-    "Run to the end and return the `Run`."
-    return Run.from_events(self.stream(question))
-
 @patch
 def stream(self:ReActAgent, question:str, # the user's question
            head:list[dict]|None=None, # the messages before the steps (default: system prompt, question)
@@ -906,59 +902,3 @@ def events(self:_Loop, start:bool=True, meta:dict|None=None) -> Iterator:
                 head=self.head)
     return run_frame(self.a, self.q, mine, self._steps(), 'in the agent loop', meta, self.steps,
                      start, t0=self.start)
-
-# %% ../../nbs/21_react.ipynb #e6558e33
-def _edited(step:Step, texts:dict, mode:str) -> Step:
-    ("A copy of `step` whose observations at the positions in `texts` say those texts; its "
-     "messages made again.")
-    obs = [o.model_copy(update={'content': texts[k], 'ok': True, 'error': None})
-           if k in texts else o for k, o in enumerate(step.observations)]
-    out = step.model_copy(update={'observations': obs})
-    out.messages = tool_step_messages(out, mode)
-    return out
-
-@patch
-def reply(self:ReActAgent, run:Run, # a run that stopped with `needs_input`
-          text:str) -> Iterator: # the user's reply to its question
-    "Carry on a run that waits for the user: `text` becomes the observation of its `ask_user` call."
-    last = run.steps[-1] if run.steps else None
-    if last is None or pending_question(last) is None:
-        raise ValueError("This run is not waiting for the user (it stopped with "
-                         f"{run.stop_reason!r}); ask a new question instead.")
-    text = truncate(str(text), self.tools.max_chars)[0]
-    k = next(k for k, (a, o) in enumerate(zip(last.actions, last.observations))
-             if _is_ask(a) and o.content == _WAITING)
-    answered = _edited(last, {k: text}, self.mode)
-    return self.stream(run.question, head=run.meta.get('head'), steps=[*run.steps[:-1], answered])
-
-# %% ../../nbs/21_react.ipynb #7bbc1d53
-@patch
-def fork_events(self:ReActAgent, run:Run, # any run, live or loaded from a trace
-                step:int, # the step to change: earlier steps are kept as they were
-                model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
-                observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
-                parent:str|None=None, # the id of `run` where it is stored (recorded in the fork)
-                meta:dict|None=None) -> Iterator: # more labels for the fork's `RunStart.meta`
-    ("Carry on `run` from step `step`, yielding the fork's events as they happen; the arguments "
-     "are checked at once.")
-    pos = next((k for k, s in enumerate(run.steps) if s.index == step), None)
-    if pos is None: raise ValueError(f"The run has no step {step}; its steps are "
-                                     f"{[s.index for s in run.steps]}.")
-    if model_output is not None and observation is not None:
-        raise ValueError("Give model_output or observation, not both.")
-    steps, labels = list(run.steps[:pos]), {**(meta or {}), 'fork_step': step, 'parent': parent}
-    if observation is not None:
-        s = run.steps[pos]
-        steps.append(_edited(s, fork_texts(s, observation), self.mode))
-    return self.stream(run.question, head=run.meta.get('head'), steps=steps, reply=model_output,
-                       meta=labels)
-
-@patch
-def fork(self:ReActAgent, run:Run, # any run, live or loaded from a trace
-         step:int, # the step to change: earlier steps are kept as they were
-         model_output=None, # the model's reply at `step`, instead of asking it again (a str or LLMResponse)
-         observation:str|list|dict|None=None, # what calls at `step` returned instead: a text, a list, {position: text}
-         parent:str|None=None) -> Run: # the id of `run` where it is stored (recorded in the fork)
-    ("Carry on `run` from step `step`, optionally with that step's reply or observation replaced; "
-     "return the new `Run`.")
-    return Run.from_events(self.fork_events(run, step, model_output, observation, parent))

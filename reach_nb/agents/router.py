@@ -14,7 +14,7 @@ from ..core import *
 from ..llm.models import ChatModel
 from ..parse import split_reasoning
 from .plan import ask_json, asking
-from .kernel import check_safeguards, known_summary, model_call, run_frame
+from .kernel import Agent, check_safeguards, known_summary, model_call, run_frame
 
 # %% auto #0
 __all__ = ['CHAT_SYSTEM', 'CUES', 'PERIODS', 'AGENT_ROLES', 'ROUTER_FORMAT', 'ChatAgent', 'entities', 'list_items', 'Verdict',
@@ -26,7 +26,7 @@ CHAT_SYSTEM = ("You are a helpful assistant for a team that analyses payment ris
                "and no data here: if a question needs figures from the data, say that it should be "
                "asked as a data question.")
 
-class ChatAgent:
+class ChatAgent(Agent):
     "Answers directly in one model call, without tools: for greetings, thanks and definitions."
     stream_tokens:bool = False  # stream the reply as `TokenDelta` events (set it on an agent to turn it on)
     def __init__(self, llm:ChatModel, # the chat model (any backend)
@@ -37,10 +37,6 @@ class ChatAgent:
         self.system = system
         self.name = name
         self.max_chars = max_chars
-
-    def run(self, question:str) -> Run:
-        "Run to the end and return the `Run`."
-        return Run.from_events(self.stream(question))
 
 # %% ../../nbs/26_router.ipynb #149b5f1e
 def _chat_step(llm:ChatModel, sent:list[dict], index:int=1, stream:bool=False) -> Iterator:
@@ -314,7 +310,7 @@ def router_prompt(question:str, # the user's question
 # %% ../../nbs/26_router.ipynb #251be853
 def _key(agent_id) -> str: return re.sub(r'[^a-z0-9]', '', str(agent_id).lower())[:100]
 
-class RouterAgent:
+class RouterAgent(Agent):
     ("Picks the agent for each question (rules, or a model), says why in a `Routed` event, and "
      "runs it as one run.")
     def __init__(self, agents:dict, # agent id -> an agent (anything with `.stream(question)`)
@@ -339,6 +335,11 @@ class RouterAgent:
         self.roles = {k: told.get(k) or AGENT_ROLES.get(k) or getattr(a, 'description', '') or k
                       for k, a in self.agents.items()}
         self._ids = {_key(k): k for k in self.agents}
+
+    @property
+    def may_ask(self) -> bool:
+        "Whether a run may stop to ask the user: when an agent it hands questions to may."
+        return any(getattr(a, 'may_ask', getattr(a, 'ask_user', False)) for a in self.agents.values())
 
 # %% ../../nbs/26_router.ipynb #0b3d19e6
 def _check_router(agents, default:str, ask_model:str):
@@ -495,8 +496,3 @@ def _go(self:RouterAgent, question:str) -> Iterator:
     start, end = yield from delegate(self.agents[route.agent], question, offset)
     sub = {'agent': start.agent, 'model': start.model, 'meta': start.meta} if start else {}
     return end.answer, end.stop_reason, {**end.meta, 'routed_to': route.agent, 'sub_run': sub}
-
-@patch
-def run(self:RouterAgent, question:str) -> Run:
-    "Run to the end and return the `Run`."
-    return Run.from_events(self.stream(question))

@@ -244,7 +244,7 @@ def conversation_note(earlier:list[Run], # the conversation's earlier turns
     parts = (["Earlier in this conversation:", *said] if said else []) + ([memory_block] if memory_block else [])
     return '\n'.join(parts)
 
-def _takes_head(agent) -> bool: return isinstance(agent, ReActAgent)
+def _takes_head(agent) -> bool: return bool(getattr(agent, 'takes_head', False))
 
 @patch
 def _head_of(self:Session, question:str) -> list[dict]|None:
@@ -267,8 +267,7 @@ def _told(self:Session, question:str):
 def _reply(self:Session, paused:Run, text:str, meta:dict, on_event=None, cancel=None) -> Run:
     ("The paused run carried on with the user's reply: a new run, recorded after "
      "the one it continues.")
-    own = getattr(self.agent, 'reply', None)  # ReAct's; every other architecture through the kernel
-    events = _tagged(own(paused, text) if own else reply_events(self.agent, paused, text), **meta)
+    events = _tagged(reply_events(self.agent, paused, text), **meta)
     if cancel is not None: events = cancellable(events, cancel)
     if self.store is None: return _folded(events, on_event)
     log = SessionLog.new(self.store, self.session_id, paused.question, skip=('token',), meta=meta,

@@ -673,19 +673,15 @@ def fork(store:SessionStore, run_id:str, # the stored run to fork; it stays as i
      "(`fork_run`: the run).")
     info = store._need(run_id, 'fork')
     run, kw = store.run(run_id), dict(model_output=model_output, observation=observation)
-    # ReAct forks its own way; every other architecture through the kernel
-    own = getattr(agent, 'fork_events', None)
     # checks the arguments, stores nothing
-    try: own(run, step, **kw) if own else fork_events(agent, run, step, **kw)
+    try: fork_events(agent, run, step, **kw)
     except ValueError as e:
         raise ValueError(f"Error: cannot fork run {run_id[:12]} at "
                          f"step {step} in fork: {e}") from None
     log = SessionLog.new(store, info.session_id, run.question, skip=('token',), parent=run_id,
                          fork_step=step, meta=meta)
     labels = {**(meta or {}), 'run_id': log.run_id, 'session_id': info.session_id}
-    events = (_reporting(agent, log).fork_events(run, step, parent=run_id, meta=labels,
-                                                 **kw) if own else
-              fork_events(agent, run, step, parent=run_id, meta=labels, after=log.tool_done, **kw))
+    events = fork_events(agent, run, step, parent=run_id, meta=labels, after=log.tool_done, **kw)
     for e in log.record(events):
         if on_event is not None: on_event(e)
     return log.run_id

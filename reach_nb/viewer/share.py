@@ -229,7 +229,7 @@ def _forker(agent):
     "The agent, if it can fork a run."
     if callable(getattr(agent, 'fork', None)): return agent
     raise UserError(f'{type(agent).__name__} has no fork method', 'ForkViewer(agent=...)',
-                    'give an agent that carries a run on from a step, such as a ReActAgent')
+                    "give one of reach_nb's agents (each carries a run on from a step) or one with fork()")
 
 # %% ../../nbs/51_share.ipynb #ec6dd1d3
 class ForkViewer(W.VBox):
@@ -308,7 +308,7 @@ def _kw(self:ForkViewer) -> dict:
 def _run_fork(self:ForkViewer, step:int, kw:dict) -> Run:
     ("The fork's run: made in memory, or stored as a new run beside the original "
      "when the viewer has a store.")
-    if self.store is None: return Run.from_events(self.agent.fork(self.run, step, **kw))
+    if self.store is None: return self.agent.fork(self.run, step, **kw)
     self.fork_ids.append(sessions.fork(self.store, self.run_id, step, self.agent, **kw))
     return self.store.run(self.fork_ids[-1])
 
