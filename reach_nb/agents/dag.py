@@ -18,7 +18,7 @@ from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task
 from .plan import task_call, unanswered, work_step
 from .kernel import call_usage, check_safeguards, default_registry
 from .kernel import llm_error_safeguards, retried_note
-from .kernel import Shown, switched_tools, with_ask_user
+from .kernel import Role, Shown, switched_tools, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -149,6 +149,7 @@ def read_join(value:dict) -> tuple[str, str]:
 class DAGAgent(PlanningAgent):
     ("LLMCompiler-style: a planner writes tool calls as a graph, they run as their inputs appear, "
      "a join answers.")
+    model_roles = {'planner': Role(PLANNER_PROMPT), 'join': Role(JOIN_PROMPT)}
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  max_parallel:int=4, # tasks running at once at most

@@ -16,9 +16,9 @@ from ..llm.models import ChatModel, LLMResponse, as_response
 __all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage',
            'retried_note', 'llm_error_safeguards', 'model_call', 'model_reply', 'check_safeguards', 'switched_off',
            'switched_tools', 'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry',
-           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'Agent', 'cancellable', 'call_key',
-           'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged', 'carry_on',
-           'fork_texts', 'fork_events', 'reply_events']
+           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'Role', 'Agent', 'cancellable',
+           'call_key', 'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged',
+           'carry_on', 'fork_texts', 'fork_events', 'reply_events']
 
 # %% ../../nbs/20_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -270,10 +270,27 @@ def run_frame(agent, # the agent: its `name`, `llm` and `tools` label the run
     yield RunEnd(answer=answer, stop_reason=reason, usage=usage, meta=ended)
 
 # %% ../../nbs/20_kernel.ipynb #01252027
+class Role(NamedTuple):
+    ("How a prompt asks a model to play one of an architecture's roles: what the first message of a "
+     "kind opens with, holds, or is.")
+    text: str  # the text: for 'opens', the part before its first placeholder counts
+    where: str = 'system'  # the message: the first 'system' or the first 'user' one
+    how: str = 'opens'  # 'opens', 'holds' or 'is'
+
+    def asks(self, messages:list[dict]) -> bool:
+        "Whether `messages` ask for this role."
+        said = next((m['content'] if isinstance(m.get('content'), str) else ''
+                     for m in messages if m.get('role') == self.where), '')
+        if self.how == 'is': return said == self.text
+        if self.how == 'holds': return self.text in said
+        head = self.text.split('{')[0][:100]
+        return len(head) > 20 and said.startswith(head)
+
 class Agent:
     ("What every architecture has around its own `stream`: `run` to the end, `fork` a run at a step, "
      "`reply` to a run that waits for the user.")
     takes_head:bool = False  # whether `stream` takes `head=`: the conversation so far, as messages
+    model_roles:dict = {}  # role -> `Role`: what its prompts ask a model to be besides a ReAct conversation
 
     @property
     def may_ask(self) -> bool:

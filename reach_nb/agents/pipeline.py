@@ -17,7 +17,7 @@ from ..tools import ToolRegistry, suggest_name, truncate
 from ..llm.models import ChatModel
 from .react import PROTOCOL, Decision, decide
 from .kernel import Shown, known_summary
-from .kernel import Agent, check_safeguards, default_registry, model_call, run_frame
+from .kernel import Agent, Role, check_safeguards, default_registry, model_call, run_frame
 from .kernel import switched_tools, with_ask_user
 from .plan import ask_json, asking, run_plan
 
@@ -360,6 +360,9 @@ def channels(run:Run|Iterable) -> dict[str, list[str]]:
 class PipelineAgent(Agent):
     ("An agent made of stages named in a YAML file; `.run(question)` → `Run`, "
      "`.stream(question)` → events.")
+    # a stage with tools, and the stage that writes the final answer, by the reply format they ask for
+    model_roles = {'tool stage': Role(TOOL_FORMAT, 'user', 'holds'),
+                   'final stage': Role(FINAL_FORMAT, 'user', 'holds')}
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  pipeline:Pipeline|str|Path, # a `Pipeline`, or the path of its YAML file

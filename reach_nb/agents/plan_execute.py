@@ -13,7 +13,7 @@ from ..llm.models import ChatModel
 from ..llm.context import get_policy, prompt_for
 from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve
 from .plan import run_events, run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_off
+from .kernel import Role, Shown, check_safeguards, default_registry, switched_off
 from .kernel import switched_tools, with_ask_user
 from .react import ReActAgent
 
@@ -173,6 +173,10 @@ def executor_background(question:str, # the user's question
 class PlanExecuteAgent(PlanningAgent):
     ("Plan, run the steps in order, replan after each (or only after a failure); `.run(question)` "
      "→ `Run`.")
+    model_roles = {'planner': Role(PLANNER_SYSTEM), 'replanner': Role(REPLANNER_SYSTEM),
+                   'solver': Role(SOLVER_SYSTEM),
+                   # a step with a goal only is a ReAct run told this in its background (its system prompt holds it)
+                   'helper': Role(executor_background('\0', []).split('\0')[0], how='holds')}
     def __init__(self, llm:ChatModel, # the chat model (any backend), for every role
                  tools, # a `ToolRegistry` or a list of tool functions
                  replan:str='always', # 'always': the replanner sees every result; 'on_failure': only failed steps

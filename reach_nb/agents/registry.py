@@ -14,7 +14,7 @@ from .react import ReActAgent
 from ..tools import ToolRegistry
 
 # %% auto #0
-__all__ = ['AGENTS', 'example_pipeline', 'make_agent']
+__all__ = ['AGENTS', 'ARCHITECTURES', 'example_pipeline', 'make_agent', 'model_roles', 'role_in']
 
 # %% ../../nbs/29_agents.ipynb #a488fa16
 # the architectures, by name
@@ -45,3 +45,21 @@ def make_agent(name:str, # one of `AGENTS`
         picks = {a: make_agent(a, llm, tools, note, **({} if a == 'chat' else shared)) for a in router.AGENT_ROLES}
         return router.RouterAgent(picks, llm=llm, **kw)
     raise UserError(f"unknown agent {name!r}", 'the agent name', f"use one of {', '.join(AGENTS)}")
+
+# %% ../../nbs/29_agents.ipynb #1be3eccd
+# the class of each architecture, by name
+ARCHITECTURES = {'react': ReActAgent, 'plan-execute': plan_execute.PlanExecuteAgent, 'rewoo': rewoo.ReWOOAgent,
+                 'dag': dag.DAGAgent, 'router': router.RouterAgent, 'pipeline': pipelines.PipelineAgent,
+                 'chat': router.ChatAgent}
+
+def model_roles() -> dict[str, dict]:
+    "Each architecture's roles for a model, by architecture name: role -> `Role`."
+    return {name: dict(cls.model_roles) for name, cls in ARCHITECTURES.items()}
+
+def role_in(messages:list[dict], # a prompt an agent sent
+            roles:dict|None=None) -> tuple[str, str]|None: # default `model_roles()`
+    "(architecture, role) of the first role that `messages` ask for; None for a ReAct conversation."
+    for arch, own in (model_roles() if roles is None else roles).items():
+        for role, r in own.items():
+            if r.asks(messages): return arch, role
+    return None

@@ -13,7 +13,7 @@ from ..tools import ToolRegistry, truncate
 from ..llm.models import ChatModel
 from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events
 from .plan import run_plan, unanswered
-from .kernel import Shown, check_safeguards, default_registry, switched_tools
+from .kernel import Role, Shown, check_safeguards, default_registry, switched_tools
 from .kernel import with_ask_user
 
 # %% auto #0
@@ -388,6 +388,7 @@ def _answer_fix(raw:str, problem:str) -> str:
 class ReWOOAgent(PlanningAgent):
     ("ReWOO over `llm` and `tools`: one planner call writes the whole plan, the tools run it, one "
      "solver call answers.")
+    model_roles = {'planner': Role(PLANNER_SYSTEM), 'solver': Role(SOLVER_SYSTEM)}
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  tools, # a `ToolRegistry` or a list of tool functions
                  plan_format:str='text', # the plan the planner is asked for: 'text' or 'json' (both are read)

@@ -14,7 +14,7 @@ from ..core import *
 from ..llm.models import ChatModel
 from ..parse import split_reasoning
 from .plan import ask_json, asking
-from .kernel import Agent, check_safeguards, known_summary, model_call, run_frame
+from .kernel import Agent, Role, check_safeguards, known_summary, model_call, run_frame
 
 # %% auto #0
 __all__ = ['CHAT_SYSTEM', 'CUES', 'PERIODS', 'AGENT_ROLES', 'ROUTER_FORMAT', 'ChatAgent', 'entities', 'list_items', 'Verdict',
@@ -28,6 +28,7 @@ CHAT_SYSTEM = ("You are a helpful assistant for a team that analyses payment ris
 
 class ChatAgent(Agent):
     "Answers directly in one model call, without tools: for greetings, thanks and definitions."
+    model_roles = {'chat': Role(CHAT_SYSTEM, how='is')}
     stream_tokens:bool = False  # stream the reply as `TokenDelta` events (set it on an agent to turn it on)
     def __init__(self, llm:ChatModel, # the chat model (any backend)
                  system:str=CHAT_SYSTEM, # the system prompt
@@ -313,6 +314,7 @@ def _key(agent_id) -> str: return re.sub(r'[^a-z0-9]', '', str(agent_id).lower()
 class RouterAgent(Agent):
     ("Picks the agent for each question (rules, or a model), says why in a `Routed` event, and "
      "runs it as one run.")
+    model_roles = {'router': Role(ROUTER_FORMAT, how='holds')}
     def __init__(self, agents:dict, # agent id -> an agent (anything with `.stream(question)`)
                  rules:Callable|None=None, # question -> `Verdict`; default `Rules()`
                  llm:ChatModel|None=None, # a model to ask which agent (None: the rules decide alone)

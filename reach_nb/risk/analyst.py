@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable
 import reach_nb.agents.pipeline as pipelines
-from ..agents import dag, plan_execute, rewoo, router
+from ..agents import dag, plan_execute, rewoo
+from ..agents.registry import model_roles
 from ..llm.models import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
 from .analysis import PLANS, PROCEDURE_STEPS, Question, Seen, call_reply, cannot_simulate, conclude
 from .analysis import data_range, last_seen, next_reply, procedure_purpose, read_observations
@@ -201,7 +202,7 @@ def play_replanner(q:Question, messages:list[dict]) -> dict:
             'plan': plan_items(ms, 's', n, deps=False)}
 
 # %% ../../nbs/46_sim_analyst.ipynb #88490867
-_HELPER = plan_execute.executor_background('\0', []).split('\0')[0]  # how a helper agent's background begins
+_HELPER = model_roles()['plan-execute']['helper'].text  # how a helper agent's background begins
 
 def _helper_question(messages:list[dict]) -> str:
     "The user's question, from a helper agent's background."
@@ -326,28 +327,34 @@ def _opens(template:str, where:Callable=_system) -> Callable:
     head = template.split('{')[0][:100]
     return lambda ms: len(head) > 20 and where(ms).startswith(head)
 
-def _holds(text:str, where:Callable=_system) -> Callable: return lambda ms: text in where(ms)
-
 def _solving(read:Callable) -> Callable:
     "How a solver plays: the conclusion from the results its prompt shows, read by `read`."
     return lambda q, ms: conclude(q, read(_user(ms)))
 
 # %% ../../nbs/46_sim_analyst.ipynb #aa95f891
+_ROLE = model_roles()  # each architecture's roles as its class declares them (`agents.registry`)
+
+def _declared(arch:str, role:str) -> Callable:
+    "Does a prompt ask for `role` of `arch`, by the `Role` the architecture declares?"
+    return _ROLE[arch][role].asks
+
 ROLES = {  # role: (does a prompt ask for it?, how the analyst plays it, what it says when it cannot simulate)
-    'chat': (lambda ms: _system(ms) == router.CHAT_SYSTEM, play_chat, lambda t: t),
-    'router': (_holds(router.ROUTER_FORMAT), play_router, lambda t: {'agent': '', 'reason': t}),
-    'plan-execute planner': (_opens(plan_execute.PLANNER_SYSTEM), play_planner, lambda t: {'thought': t, 'plan': []}),
-    'plan-execute replanner': (_opens(plan_execute.REPLANNER_SYSTEM), play_replanner,
+    'chat': (_declared('chat', 'chat'), play_chat, lambda t: t),
+    'router': (_declared('router', 'router'), play_router, lambda t: {'agent': '', 'reason': t}),
+    'plan-execute planner': (_declared('plan-execute', 'planner'), play_planner,
+                             lambda t: {'thought': t, 'plan': []}),
+    'plan-execute replanner': (_declared('plan-execute', 'replanner'), play_replanner,
                                lambda t: {'decision': 'finish', 'reason': t, 'answer': t}),
-    'plan-execute solver': (_opens(plan_execute.SOLVER_SYSTEM), _solving(seen_in_steps), _says),
-    'plan-execute helper': (_holds(_HELPER), play_helper, _says),
-    'rewoo planner': (_opens(rewoo.PLANNER_SYSTEM), play_rewoo_planner, lambda t: t),
-    'rewoo solver': (_opens(rewoo.SOLVER_SYSTEM), _solving(seen_in_evidence), _says),
-    'dag planner': (_opens(dag.PLANNER_PROMPT), play_dag_planner, lambda t: _dumps({'thought': t, 'plan': []})),
-    'dag join': (_opens(dag.JOIN_PROMPT), play_join, lambda t: _says(t) | {'decision': 'answer'}),
-    'pipeline act': (_holds(pipelines.TOOL_FORMAT, _user), play_act, lambda t: {'thought': t}),
-    'pipeline observe': (_holds(pipelines.FINAL_FORMAT, _user), play_observe,
+    'plan-execute solver': (_declared('plan-execute', 'solver'), _solving(seen_in_steps), _says),
+    'plan-execute helper': (_declared('plan-execute', 'helper'), play_helper, _says),
+    'rewoo planner': (_declared('rewoo', 'planner'), play_rewoo_planner, lambda t: t),
+    'rewoo solver': (_declared('rewoo', 'solver'), _solving(seen_in_evidence), _says),
+    'dag planner': (_declared('dag', 'planner'), play_dag_planner, lambda t: _dumps({'thought': t, 'plan': []})),
+    'dag join': (_declared('dag', 'join'), play_join, lambda t: _says(t) | {'decision': 'answer'}),
+    'pipeline act': (_declared('pipeline', 'tool stage'), play_act, lambda t: {'thought': t}),
+    'pipeline observe': (_declared('pipeline', 'final stage'), play_observe,
                          lambda t: {'summary': t, 'final_answer': t}),
+    # the example pipeline's free-text stage, and any other stage of a pipeline file, by the files' headings
     'pipeline think': (_opens('# Stage: think (iteration {iteration}', _user), play_think, lambda t: t),
     'pipeline stage': (lambda ms: _user(ms).startswith('# Stage: '), lambda q, ms: cannot_simulate(q, 'this stage'),
                        lambda t: t)}
