@@ -18,9 +18,9 @@ from ..agents.kernel import cancellable, reply_events
 from .recall import LongTermMemory, key_events
 
 # %% auto #0
-__all__ = ['FARM_STEP', 'FARM_CHANNEL', 'BENCH_POLICIES', 'MAX_QUESTION', 'MAX_ANSWER', 'MAX_FACTS', 'MAX_FACT', 'review_result',
-           'context_run', 'bench_context', 'facts_found', 'turn_messages', 'history', 'session_head', 'Session',
-           'conversation_note', 'agent_chat']
+__all__ = ['FARM_STEP', 'FARM_CHANNEL', 'BENCH_POLICIES', 'MAX_QUESTION', 'MAX_ANSWER', 'MAX_FACTS', 'MAX_FACT', 'EARLIER',
+           'review_result', 'context_run', 'bench_context', 'facts_found', 'turn_messages', 'history', 'session_head',
+           'Session', 'conversation_note', 'read_conversation_note', 'agent_chat']
 
 # %% ../../nbs/32_memory.ipynb #31189a15
 _TASK = ("task_0007 'weekly review 2026-06-24..2026-06-30' done: procedure proc_0003 'weekly "
@@ -232,6 +232,8 @@ def _folded(events, on_event=None) -> Run:
     return Run.from_events(seen)
 
 # %% ../../nbs/32_memory.ipynb #3749228b
+EARLIER = 'Earlier in this conversation:'  # how a conversation note begins
+
 def conversation_note(earlier:list[Run], # the conversation's earlier turns
                       memory_block:str='', # recalled long-term memories
                       turns:int=4, # the last turns told at most
@@ -241,8 +243,18 @@ def conversation_note(earlier:list[Run], # the conversation's earlier turns
     said = [f"- asked: {clip(r.meta.get('user_message') or r.question, chars)}\n  answered: "
             f"{clip(r.answer or '', chars)}"
             for r in earlier[-turns:]]
-    parts = (["Earlier in this conversation:", *said] if said else []) + ([memory_block] if memory_block else [])
+    parts = ([EARLIER, *said] if said else []) + ([memory_block] if memory_block else [])
     return '\n'.join(parts)
+
+def read_conversation_note(text:str) -> list[tuple[str, str]]:
+    ("The (question, answer) turns a `conversation_note` inside `text` tells, oldest first; none "
+     "without a note.")
+    if EARLIER not in text: return []
+    lines, out = text.split(EARLIER, 1)[1].split('\n'), []
+    for a, b in zip(lines, lines[1:]):
+        if a.startswith('- asked: ') and b.startswith('  answered: '):
+            out.append((a[len('- asked: '):], b[len('  answered: '):]))
+    return out
 
 def _takes_head(agent) -> bool: return bool(getattr(agent, 'takes_head', False))
 

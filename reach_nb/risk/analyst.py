@@ -11,6 +11,7 @@ from typing import Callable
 import reach_nb.agents.pipeline as pipelines
 from ..agents import dag, plan_execute, rewoo
 from ..agents.registry import model_roles
+from ..memory.conversation import read_conversation_note
 from ..llm.models import ChatModel, LLMResponse, count_message_tokens, count_tokens, register_model
 from .analysis import PLANS, PROCEDURE_STEPS, Question, Seen, call_reply, cannot_simulate, conclude
 from .analysis import data_range, last_seen, next_reply, procedure_purpose, read_observations
@@ -364,12 +365,23 @@ def role_of(messages:list[dict]) -> str:
     return next((name for name, (asks, *_) in ROLES.items() if asks(messages)), 'react')
 
 # %% ../../nbs/46_sim_analyst.ipynb #30ebf37e
+def _followed(messages:list[dict]) -> str:
+    ("The newest earlier question of the conversation that the analysis can read, from a "
+     "conversation note in the prompt; '' if none.")
+    for m in reversed(messages):
+        for question, _ in reversed(read_conversation_note(_content(m))):
+            if read_question(question).kind in PLANS: return question
+    return ''
+
 def respond(messages:list[dict]) -> str|dict:
     "The analyst's reply, in the role the prompt asks for; a question it cannot simulate, it says so plainly."
     role = role_of(messages)
     if role == 'react': return next_reply(messages)
     text = _helper_question(messages) if role == 'plan-execute helper' else asked(messages)
     q = read_question(text, told_range(messages))
+    # a follow-up ("and in which game?") is read with the question it follows, which the note tells
+    if q.kind not in PLANS and (before := _followed(messages)):
+        q = read_question(f"{before} {text}", told_range(messages))
     _, play, cannot = ROLES[role]
     return cannot(cannot_simulate(q)) if q.kind not in PLANS else play(q, messages)  # look-ups: ReAct only
 
