@@ -863,15 +863,15 @@ def data_build(rows:int = typer.Option(1_000_000,
                                                              'data/generated/risk.duckdb).'),
                force:bool = typer.Option(False, help='Rebuild over a reach '
                                                      'dataset, even a finished one.'),
-               engine:str = typer.Option('duckdb', help='duckdb, or clickhouse: the DuckDB file, then the same '
-                                                        'rows copied into the embedded ClickHouse (chdb) under '
-                                                        'the data folder.')):
+               engine:Optional[str] = typer.Option(None, help='duckdb, or clickhouse: the DuckDB file, then the '
+                                                                'same rows copied into ClickHouse (the embedded one '
+                                                                'under the data folder, or the clickhouse_url '
+                                                                'server). Default: the engine setting.')):
     ("Build a sample risk dataset with injected, labelled fraud patterns (reused "
      "if an identical one is there).")
     from reach_nb.risk.data import build_dataset, read_meta
     _at_least(rows, 1, '--rows'); _at_least(seed, 0, '--seed')
-    if engine not in ('duckdb', 'clickhouse'):
-        raise UserError(f'unknown engine {engine!r}', 'option --engine', 'use duckdb or clickhouse')
+    engine = (load_settings() if engine is None else _settings(engine=engine)).engine
     t = time.perf_counter()
     out = build_dataset(path=_dataset_target(path), rows=rows, seed=seed, force=force,
                         progress=True)

@@ -571,9 +571,10 @@ def run_one(task:Task, cfg:EvalConfig, seed:int, db, rows:list[tuple], trace:Pat
         agent = build_agent(cfg.agent, llm, tools, data_note(ws), cfg.max_steps, cfg.context, sg)
         try: run = _stream_to(agent.stream(task.question), trace)
         finally: _close(llm)
+        engine = ws.db.engine  # where the tools ran their queries
     g = grade(task.grader, run.answer, rows, judge, task.question) if run.stop_reason == 'answer' else None
     return run_row(task, cfg, seed, run, g, time.perf_counter() - t0,
-                   len(getattr(llm, 'injected', [])))
+                   len(getattr(llm, 'injected', []))) | {'engine': engine}
 
 # %% ../nbs/70_eval.ipynb #e5d97f65
 _TYPES = dict(key='VARCHAR PRIMARY KEY', config='VARCHAR', agent='VARCHAR', model='VARCHAR',
@@ -586,7 +587,7 @@ _TYPES = dict(key='VARCHAR PRIMARY KEY', config='VARCHAR', agent='VARCHAR', mode
               total_tokens='BIGINT', estimated_calls='INTEGER', tool_calls='INTEGER',
               first_try='INTEGER', first_try_strict='INTEGER', corrections='INTEGER',
               corrections_ok='INTEGER', faults='INTEGER', latency='DOUBLE', simulated='BOOLEAN',
-              safeguards='JSON', error='VARCHAR', trace='VARCHAR')
+              safeguards='JSON', error='VARCHAR', trace='VARCHAR', engine='VARCHAR')
 _SCHEMA_SQL = ("CREATE TABLE IF NOT EXISTS runs "
                f"({', '.join(f'{k} {v}' for k, v in _TYPES.items())});CREATE TABLE IF NOT EXISTS "
                "safeguards (key VARCHAR, kind VARCHAR, n INTEGER);")
@@ -604,6 +605,8 @@ class Results:
             raise UserError(f"cannot open the results file ({str(e).splitlines()[0]})",
                             str(self.path), 'close the program using it, or give another --out')
         self.con.execute(_SCHEMA_SQL)
+        # a results file written before runs recorded their engine: the column is added, empty for those runs
+        self.con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS engine VARCHAR")
         self.lock = threading.Lock()
 
     def done(self) -> dict[str, str]:
@@ -626,7 +629,7 @@ def add(self:Results, row:dict):
         self.con.execute("BEGIN")
         self.con.execute("DELETE FROM runs WHERE key = ?", [key])
         self.con.execute("DELETE FROM safeguards WHERE key = ?", [key])
-        self.con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(_TYPES))})",
+        self.con.execute(f"INSERT INTO runs ({', '.join(_TYPES)}) VALUES ({', '.join('?' * len(_TYPES))})",
                          [vals[k] for k in _TYPES])
         kinds = [(key, k, n) for k, n in (row.get('safeguards') or {}).items()]
         if kinds: self.con.executemany("INSERT INTO safeguards VALUES (?, ?, ?)", kinds)

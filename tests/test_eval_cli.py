@@ -77,3 +77,28 @@ def test_reach_eval_runs_the_tasks_named_by_id(tmp_path, small_db):
     assert bad.returncode == 2 and bad.stdout == '', bad
     assert bad.stderr.strip() == ("Error: no task 'l9-none' among the 19 tasks chosen in option --id: "
                                   "give ids of the task files (`id:` of each task)")
+
+
+def test_each_run_records_the_engine_its_tools_ran_on(tmp_path, small_db):
+    "The same task on DuckDB and on ClickHouse (chdb): both pass, and each row says which engine answered."
+    for engine in ('duckdb', 'clickhouse'):
+        r = subprocess.run([REACH, 'eval', '--id', 'l2-top-channel-june', '--engine', engine, '--out', engine],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env=clean_env(REACH_DATA_DB=str(small_db), REACH_DATA_DIR=str(tmp_path/'data')))
+        assert r.returncode == 0, r.stderr[-2000:]
+        with Results(tmp_path/engine/'results.duckdb') as res:
+            assert [(row['engine'], row['status']) for row in res.rows()] == [(engine, 'passed')]
+
+
+def test_a_results_file_from_before_engines_gets_the_column(tmp_path):
+    "A results file written before runs recorded their engine opens, and takes new rows with it."
+    import duckdb
+    from reach_nb.eval import _TYPES
+    con = duckdb.connect(str(tmp_path/'results.duckdb'))
+    con.execute("CREATE TABLE runs (" + ', '.join(f'{k} {v}' for k, v in _TYPES.items() if k != 'engine') + ");"
+                "CREATE TABLE safeguards (key VARCHAR, kind VARCHAR, n INTEGER);"
+                "INSERT INTO runs (key, config, task_id, seed, status) VALUES ('c|t|0', 'c', 't', 0, 'passed')")
+    con.close()
+    with Results(tmp_path/'results.duckdb') as res:
+        res.add(dict(config='c', task_id='u', seed=0, status='passed', engine='duckdb'))
+        assert [(row['task_id'], row['engine']) for row in res.rows()] == [('t', None), ('u', 'duckdb')]

@@ -68,9 +68,10 @@ def test_the_tools_guards_refuse_files_urls_writes_and_long_queries(copied):
 
 
 def test_a_rebuilt_dataset_is_copied_again(copied):
+    "Rebuilt with the engine setting (no --engine), the copy is made again."
     tmp, _ = copied
-    r = build(tmp, '--engine', 'clickhouse', '--seed', '8', '--force')
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = build(tmp, '--seed', '8', '--force', REACH_ENGINE='clickhouse')
+    assert r.returncode == 0 and f"ClickHouse {tmp/'clickhouse'}, database risk_" in r.stdout, r.stderr[-2000:]
     got = check(tmp)
     assert got['meta'] is True and all(same for _, same in got['same'].values())
 
@@ -78,7 +79,8 @@ def test_a_rebuilt_dataset_is_copied_again(copied):
 def test_an_unknown_engine_is_one_error_line(tmp_path):
     r = build(tmp_path, '--engine', 'postgres')
     assert r.returncode == 2 and r.stdout == ''
-    assert r.stderr.strip() == "Error: unknown engine 'postgres' in option --engine: use duckdb or clickhouse"
+    assert r.stderr.strip() == ("Error: engine must be one of duckdb, clickhouse, got 'postgres' in option --engine: "
+                                "use duckdb or clickhouse (the default is 'duckdb')")
 
 
 def test_a_folder_another_process_holds_is_one_error_line(tmp_path):
