@@ -914,6 +914,8 @@ def bench_data_cmd(rows:Optional[List[int]] = typer.Option(None, help='Transacti
                                                                    'settings).'),
                    engine:Optional[str] = typer.Option(None, help='duckdb or clickhouse: the tools on that engine '
                                                                   'only (default: both, side by side).'),
+                   without:Optional[List[str]] = typer.Option(None, help='A peer to leave out: polars or pandas '
+                                                                         '(repeat it for both).'),
                    save:Optional[Path] = typer.Option(None, help='Write the figures as JSON to this file.'),
                    plot:Optional[Path] = typer.Option(None, help='Draw time and memory against size into this '
                                                                  'image (PNG, SVG...).')):
@@ -923,7 +925,7 @@ def bench_data_cmd(rows:Optional[List[int]] = typer.Option(None, help='Transacti
     for n in rows or (): _at_least(n, 1, '--rows')
     _at_least(repeat, 1, '--repeat')
     bench_data_cli(rows=rows or [10_000_000], repeat=repeat, memory_limit=memory_limit, threads=threads,
-                   engine=engine, save=save, plot=plot)
+                   engine=engine, without=tuple(without or ()), save=save, plot=plot)
 
 # %% ../nbs/99_cli.ipynb #3eb16148
 @bench_app.command('context')

@@ -40,23 +40,26 @@ def test_the_four_sides_agree_and_are_printed(tmp_path):
 
 
 def test_one_engine_and_the_growth_with_size(tmp_path):
-    "--engine duckdb leaves the ClickHouse side out; two sizes give each size's table, the growth, its JSON and plot."
+    ("--engine duckdb leaves the ClickHouse side out, --without pandas that peer; two sizes give each size's table, "
+     "the growth, its JSON and plot.")
     r = run_reach('bench', 'data', '--rows', str(ROWS), '--rows', str(2 * ROWS), '--repeat', '1', '--engine', 'duckdb',
-                  '--save', 'g.json', '--plot', 'g.png', cwd=tmp_path, env=clean_env(REACH_DATA_DIR=str(tmp_path)),
-                  timeout=300)
+                  '--without', 'pandas', '--save', 'g.json', '--plot', 'g.png', cwd=tmp_path,
+                  env=clean_env(REACH_DATA_DIR=str(tmp_path)), timeout=300)
     assert r.returncode == 0 and r.stderr == '', r.stderr
     out = r.stdout
-    assert 'ClickHouse' not in out and not (tmp_path/'clickhouse').exists(), out
+    assert 'ClickHouse' not in out and not (tmp_path/'clickhouse').exists() and 'pandas' not in out, out
     assert out.count('results agree: total change') == 2 and 'Growth with size:' in out, out
     assert re.search(rf'  +{ROWS:,} +\d+\.\d\d s [\d,]+ MiB', out) and re.search(rf'  +{2 * ROWS:,} +\d', out), out
     assert 'reach_nb (DuckDB file): 2x the rows, ' in out, out
     saved = json.loads((tmp_path/'g.json').read_text())
     assert [(x['rows'], x['side']) for x in saved['rows']] == [(n, s) for n in (ROWS, 2 * ROWS)
-                                                               for s in ('reach', 'polars', 'pandas')]
+                                                               for s in ('reach', 'polars')]
     assert saved['machine']['duckdb'] and len(saved['results']) == 2
     assert (tmp_path/'g.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     bad = run_reach('bench', 'data', '--rows', str(ROWS), '--engine', 'spark', cwd=tmp_path, env=clean_env())
     assert bad.returncode == 2 and bad.stderr == "Error: unknown engine 'spark' in option --engine: use duckdb or clickhouse\n", bad
+    bad = run_reach('bench', 'data', '--rows', str(ROWS), '--without', 'numpy', cwd=tmp_path, env=clean_env())
+    assert bad.returncode == 2 and bad.stderr == "Error: unknown peer 'numpy' in option --without: leave out polars or pandas\n", bad
 
 
 @pytest.fixture(scope='module')

@@ -370,6 +370,7 @@ def _disagreements(runs:dict) -> list[str]:
 
 # %% ../../nbs/91_bench_data.ipynb #12f1d22b
 _ENGINES = {'reach': 'duckdb', 'clickhouse': 'clickhouse'}  # reach_nb's sides, and the engine each runs on
+_PEERS = ('polars', 'pandas')  # the other sides: the tools people would use instead
 _ENGINE_KEY = {'reach': '', 'clickhouse': 'clickhouse_'}   # the prefix of each one's ratios
 
 def _ratios(f:dict) -> dict:
@@ -505,6 +506,7 @@ def bench_data_cli(rows:int|list=10_000_000, # transactions in the dataset (buil
                    memory_limit:str|None=None, # e.g. '300MB': DuckDB's memory_limit on the tools' connection
                    threads:int|None=None, # DuckDB threads on the tools' connection
                    engine:str|None=None, # 'duckdb' or 'clickhouse': reach_nb on that engine only; default both
+                   without:tuple=(), # peers to leave out: 'polars', 'pandas'
                    save:str|Path|None=None, # write the growth rows and every result as JSON here
                    plot:str|Path|None=None) -> list[dict]: # draw `plot_growth` into this image file
     "`reach bench data`: run `bench_data` at each size and print its table; with several sizes, the growth too."
@@ -513,7 +515,10 @@ def bench_data_cli(rows:int|list=10_000_000, # transactions in the dataset (buil
                                       threads=threads).items() if v is not None}
     if engine not in (None, *_ENGINES.values()):
         raise UserError(f'unknown engine {engine!r}', 'option --engine', 'use duckdb or clickhouse')
-    sides = tuple(s for s in _SIDES if engine is None or _ENGINES.get(s, engine) == engine)
+    if bad := [p for p in without if p not in _PEERS]:
+        raise UserError(f'unknown peer {bad[0]!r}', 'option --without', f"leave out {' or '.join(_PEERS)}")
+    sides = tuple(s for s in _SIDES if (engine is None or _ENGINES.get(s, engine) == engine)
+                  and s not in without)
     sizes = sorted(set(rows if isinstance(rows, (list, tuple)) else [rows]))
     print(f"Benchmarking the concentration analysis on {', '.join(f'{n:,}' for n in sizes)} rows ({repeat} runs "
           "per side, each in a fresh process)...", flush=True)
