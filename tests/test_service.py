@@ -3,7 +3,6 @@ written from the SSE format, AG-UI events read back with the `ag-ui-protocol` pa
 broken and picked up again, a run cancelled by a closed stream and by the cancel endpoint, a service killed with
 SIGKILL mid-run and its runs read by the next one, and the probes an attacker would try."""
 import json, os, signal, subprocess, time
-from contextlib import contextmanager
 
 import httpx, pytest
 from ag_ui.core import Event as AGUIEvent
@@ -12,44 +11,13 @@ from pydantic import TypeAdapter
 from reach_nb.core import Run, event_from_json
 from reach_nb.agents.registry import AGENTS
 from reach_nb.risk.analysis import SPIKE_QUESTION
-from reach_nb.risk.data import build_dataset
 
 from browser import free_port
 from reach_cli import REACH, clean_env, served
+from service_proc import service, small_db  # noqa: F401  (a fixture)
 
 read_agui = TypeAdapter(AGUIEvent).validate_python
 ALICE, BOB = 'alice-token-0123456789', 'bob-token-0123456789ab'
-
-
-@pytest.fixture(scope='module')
-def small_db(tmp_path_factory):
-    return build_dataset(tmp_path_factory.mktemp('data')/'risk.duckdb', rows=100_000)
-
-
-@contextmanager
-def service(tmp, db, *opts, env=None):
-    "`reach serve OPTS` in its own process, on a free port, its traces and sessions under `tmp`; yields (url, process)."
-    for attempt in range(3):  # a port found free can be taken by another process before the service binds it
-        port = free_port()
-        proc = subprocess.Popen([REACH, 'serve', '--port', str(port), *opts], cwd=tmp, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True,
-                                env=clean_env(REACH_DATA_DB=str(db), REACH_TRACE_DIR=str(tmp/'traces'), **(env or {})))
-        base = f'http://127.0.0.1:{port}'
-        deadline, said = time.monotonic() + 60, ''
-        while True:
-            try:
-                if httpx.get(f'{base}/openapi.json', timeout=1).status_code == 200: break
-            except httpx.HTTPError: time.sleep(0.1)
-            if proc.poll() is not None or time.monotonic() > deadline:
-                said = proc.stderr.read()[-2000:] if proc.poll() is not None else ''
-                if 'Address already in use' in said and attempt < 2: break
-                if proc.poll() is None: proc.terminate(); proc.wait(15)
-                pytest.fail(f'reach serve did not start: {proc.poll()} {said}')
-        if 'Address already in use' not in said: break
-    try:
-        yield base, proc
-    finally:
-        if proc.poll() is None: proc.terminate(); proc.wait(15)
 
 
 def sse(lines) -> list[dict]:

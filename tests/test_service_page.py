@@ -15,7 +15,7 @@ from reach_nb.risk.analysis import SPIKE_QUESTION
 
 from browser import CHROMIUM_ARGS, ensure_chromium, ensure_python_package, low_contrast, open_page
 from reach_cli import served
-from test_service import service, small_db  # noqa: F401  (the fixture and the process of test_service)
+from service_proc import service, small_db  # noqa: F401  (a fixture)
 
 ARTIFACTS = Path(__file__).resolve().parents[1]/'test-artifacts'
 WAIT = 60_000  # ms

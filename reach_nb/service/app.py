@@ -6,7 +6,7 @@ to watch runs, every agent as an MCP tool; bearer tokens, limits, one error shap
 
 # %% ../../nbs/81_service.ipynb #f7ba2a17
 from __future__ import annotations
-import asyncio, contextvars, hashlib, hmac, json, os, re, secrets, socket, threading, time, uuid
+import asyncio, contextvars, hashlib, hmac, inspect, json, os, re, secrets, socket, threading, time, uuid
 from collections import OrderedDict
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -24,7 +24,7 @@ from starlette.routing import Route
 from .. import __version__
 from ..config import Settings, shipped
 from ..core import Run, RunEnd, TokenDelta, UserError, event_from_json
-from ..agents.registry import AGENTS
+from ..agents.registry import AGENTS, ARCHITECTURES
 from ..llm.models import ChatModel
 from ..memory.conversation import Session
 from ..memory.sessions import RunInfo, SessionStore, event_json, fork, resume
@@ -244,7 +244,8 @@ def _session_runs(self:Service, session_id:str, who:str) -> list[RunInfo]:
 for _f in (_info, _session_runs): setattr(Service, _f.__name__, _f)
 
 # %% ../../nbs/81_service.ipynb #2ee39b8d
-_ASKS = {'react', 'plan-execute', 'rewoo', 'dag', 'pipeline'}  # the architectures that can ask the user
+# the architectures that can ask the user: those whose class takes `ask_user`
+_ASKS = {name for name, cls in ARCHITECTURES.items() if 'ask_user' in inspect.signature(cls).parameters}
 
 def _agent_kw(agent:str) -> dict: return {'ask_user': True} if agent in _ASKS else {}
 
