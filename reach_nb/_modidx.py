@@ -124,6 +124,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                         'reach_nb.agents.kernel.switched_off': ('kernel.html#switched_off', 'reach_nb/agents/kernel.py'),
                                         'reach_nb.agents.kernel.switched_tools': ( 'kernel.html#switched_tools',
                                                                                    'reach_nb/agents/kernel.py'),
+                                        'reach_nb.agents.kernel.told_before': ('kernel.html#told_before', 'reach_nb/agents/kernel.py'),
                                         'reach_nb.agents.kernel.tool_notes': ('kernel.html#tool_notes', 'reach_nb/agents/kernel.py'),
                                         'reach_nb.agents.kernel.watched': ('kernel.html#watched', 'reach_nb/agents/kernel.py'),
                                         'reach_nb.agents.kernel.with_ask_user': ('kernel.html#with_ask_user', 'reach_nb/agents/kernel.py')},

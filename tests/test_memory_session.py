@@ -150,3 +150,27 @@ def test_long_term_memory_written_and_recalled_across_sessions(tmp_path):
         assert '- [finding] A proxy ring paid through c07.' in systems[2]
         assert 'Long-term memory' not in s.head("What's the weather in Shanghai tomorrow?")[0]['content']
         assert s.runs[1].prompt_at(1) == llm.calls[1]['messages'] and s.runs[1].meta['session_id'] == 'week2'
+
+
+@pytest.mark.parametrize('arch', ['plan-execute', 'rewoo', 'dag'])
+def test_a_planner_conversation_answers_a_follow_up(arch, tmp_path):
+    "A follow-up ('And in which game?') in a planner's session: every role is told the conversation, and it answers."
+    from reach_nb.agents.registry import make_agent, role_in
+    from reach_nb.risk.agents import data_note, risk_tools
+    from reach_nb.risk.analysis import SPIKE_QUESTION
+    from reach_nb.risk.analyst import SimAnalyst
+    from reach_nb.risk.data import ensure_dataset
+    from reach_nb.risk.tools import RiskWorkspace
+    sent = []
+    class Telling(SimAnalyst):
+        def _complete(self, messages, *a): sent.append(messages); return super()._complete(messages, *a)
+    with RiskWorkspace(ensure_dataset(), store=tmp_path/'ws.sqlite') as ws:
+        chat = Session(make_agent(arch, Telling(), risk_tools(ws), data_note(ws)))
+        first = chat.ask(SPIKE_QUESTION)
+        n = len(sent)
+        second = chat.ask('And in which game?')
+    assert (first.stop_reason, second.stop_reason) == ('answer', 'answer')
+    assert 'g02' in second.answer and 'cannot simulate' not in second.answer, second.answer
+    for m in sent[n:]:  # the planner in its background, the roles after it before the question
+        told = '\n'.join(x['content'] for x in m if isinstance(x.get('content'), str))
+        assert f'- asked: {SPIKE_QUESTION}' in told, (role_in(m), told[:300])

@@ -18,7 +18,7 @@ from .plan import read_plan, reader_check, refs, run_events, run_plan, run_task
 from .plan import task_call, unanswered, work_step
 from .kernel import call_usage, check_safeguards, default_registry
 from .kernel import llm_error_safeguards, retried_note
-from .kernel import Role, Shown, switched_tools, with_ask_user
+from .kernel import Role, Shown, switched_tools, told_before, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_PROMPT', 'PLANNER_FORMAT', 'STREAM_PLAN_FORMAT', 'JOIN_PROMPT', 'FINAL_JOIN_NOTE', 'JOIN_FORMAT',
@@ -103,11 +103,12 @@ def planner_messages(question:str,
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
 def join_messages(question:str, results:str, # the question, and `results_text` of every plan so far
-                  final:bool=False) -> list[dict]: # no new plan can be asked for
+                  final:bool=False, # no new plan can be asked for
+                  conversation:str='') -> list[dict]: # the conversation so far (`memory.conversation`), if any
     "The join's prompt: the question and every result so far; on the last round, answer only."
     fmt = f"Reply with exactly one JSON object:\n{FINAL_JOIN_FORMAT if final else JOIN_FORMAT}"
     system = '\n\n'.join([JOIN_PROMPT, *([FINAL_JOIN_NOTE] if final else []), fmt])
-    user = f"Question: {question}\n\nResults:\n{results}"
+    user = told_before(conversation) + f"Question: {question}\n\nResults:\n{results}"
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
 # %% ../../nbs/25_dag.ipynb #aa8f9a87
@@ -230,7 +231,7 @@ def _work(self:_DagRun, tasks:list[PlanTask]):
 def _join(self:_DagRun, final:bool):
     ("Ask the join to answer or to replan; returns ('answer'|'replan', text), or None if no usable "
      "reply came.")
-    sent = join_messages(self.q, results_text(self.rounds), final)
+    sent = join_messages(self.q, results_text(self.rounds), final, self.a.conversation)
     value = yield from self.ask(sent, FINAL_JOIN_FORMAT if final else JOIN_FORMAT,
                                 reader_check(read_join))
     return None if value is None else read_join(value)

@@ -16,9 +16,9 @@ from ..llm.models import ChatModel, LLMResponse, as_response
 __all__ = ['SAFEGUARDS', 'ASK_USER', 'WAITING', 'NOT_AGAIN', 'error_text', 'crash_safeguard', 'known_summary', 'call_usage',
            'retried_note', 'llm_error_safeguards', 'model_call', 'model_reply', 'check_safeguards', 'switched_off',
            'switched_tools', 'strict_only', 'Shown', 'model_labels', 'model_name', 'tool_notes', 'default_registry',
-           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'Role', 'Agent', 'cancellable',
-           'call_key', 'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls', 'Diverged',
-           'carry_on', 'fork_texts', 'fork_events', 'reply_events']
+           'ask_user', 'with_ask_user', 'is_ask', 'pending_question', 'run_frame', 'Role', 'told_before', 'Agent',
+           'cancellable', 'call_key', 'Journal', 'ReplayModel', 'watched', 'rewired', 'idempotency_key', 'Calls',
+           'Diverged', 'carry_on', 'fork_texts', 'fork_events', 'reply_events']
 
 # %% ../../nbs/20_kernel.ipynb #1be3e890
 def error_text(e:BaseException, n:int=1000) -> str:
@@ -286,11 +286,16 @@ class Role(NamedTuple):
         head = self.text.split('{')[0][:100]
         return len(head) > 20 and said.startswith(head)
 
+def told_before(conversation:str) -> str:
+    "The conversation so far, then a blank line, to open a role's prompt with; '' when there is none."
+    return f"{conversation}\n\n" if conversation else ''
+
 class Agent:
     ("What every architecture has around its own `stream`: `run` to the end, `fork` a run at a step, "
      "`reply` to a run that waits for the user.")
     takes_head:bool = False  # whether `stream` takes `head=`: the conversation so far, as messages
     model_roles:dict = {}  # role -> `Role`: what its prompts ask a model to be besides a ReAct conversation
+    conversation:str = ''  # the conversation so far, for the roles after a planner (set by a `Session`)
 
     @property
     def may_ask(self) -> bool:

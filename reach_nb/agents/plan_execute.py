@@ -14,7 +14,7 @@ from ..llm.context import get_policy, prompt_for
 from .plan import PlanningAgent, ask_json, asking, read_plan, reader_check, resolve
 from .plan import run_events, run_plan, unanswered
 from .kernel import Role, Shown, check_safeguards, default_registry, switched_off
-from .kernel import switched_tools, with_ask_user
+from .kernel import switched_tools, told_before, with_ask_user
 from .react import ReActAgent
 
 # %% auto #0
@@ -107,11 +107,12 @@ def replanner_prompt(question:str, # the user's question
                      tools:ToolRegistry, # the tools a revised plan may call
                      done:list[tuple[PlanTask, Observation]], # the steps run so far, with what they returned
                      todo:list[PlanTask], # the steps left
-                     cap:int=1500) -> list[dict]: # each result cut to this many characters
+                     cap:int=1500, # each result cut to this many characters
+                     conversation:str='') -> list[dict]: # the conversation so far (`memory.conversation`), if any
     ("The replanner's messages: how to decide, the tools and the format; then the question and the "
      "plan's state.")
     system = REPLANNER_SYSTEM.format(tools=tools.render_prompt(), format=REPLANNER_FORMAT)
-    user = (f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}\n\n"
+    user = (told_before(conversation) + f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}\n\n"
             f"Steps left:\n{_todo_text(todo)}")
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
@@ -152,9 +153,10 @@ that were run. Use only these results; if they do not answer the question, say w
 
 def solver_prompt(question:str, # the user's question
                   done:list[tuple[PlanTask, Observation]], # the steps run, with what they returned
-                  cap:int=1500) -> list[dict]: # each result cut to this many characters
+                  cap:int=1500, # each result cut to this many characters
+                  conversation:str='') -> list[dict]: # the conversation so far (`memory.conversation`), if any
     "The solver's messages: the question and the results."
-    user = f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}"
+    user = told_before(conversation) + f"Question: {question}\n\nSteps done:\n{_done_text(done, cap)}"
     system = SOLVER_SYSTEM.format(format=SOLVER_FORMAT)
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
@@ -324,7 +326,7 @@ def _replan(self:_Execution, todo:list[PlanTask]) -> Iterator:
     ("The replanner's call: returns (decision, revised steps, answer, reason), or None if no "
      "usable reply came.")
     a, worked = self.a, [t.id for t, o in self.done if o.ok]
-    prompt = replanner_prompt(self.q, a.tools, self.done, todo, a.result_chars)
+    prompt = replanner_prompt(self.q, a.tools, self.done, todo, a.result_chars, a.conversation)
     value = yield from self._ask(prompt, REPLANNER_FORMAT,
                                  reader_check(read_decision, a.tools, worked, a.max_tasks))
     if value is None: return None
@@ -367,7 +369,7 @@ def _answer_problem(v) -> str|None:
 def _solve(self:_Execution, g:Safeguard|None=None) -> Iterator:
     ("The solver's call; returns (answer, 'answer'), or what the tools found and why there is no "
      "answer.")
-    msgs = solver_prompt(self.q, self.done, self.a.result_chars)
+    msgs = solver_prompt(self.q, self.done, self.a.result_chars, self.a.conversation)
     value = yield from _noting(self._ask(msgs, SOLVER_FORMAT, _answer_problem), g)
     if value is None: return unanswered(self.steps)
     return _text(value['answer']), 'answer'

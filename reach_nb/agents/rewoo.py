@@ -14,7 +14,7 @@ from ..llm.models import ChatModel
 from .plan import PlanningAgent, ask_json, asking, read_plan, refs, run_events
 from .plan import run_plan, unanswered
 from .kernel import Role, Shown, check_safeguards, default_registry, switched_tools
-from .kernel import with_ask_user
+from .kernel import told_before, with_ask_user
 
 # %% auto #0
 __all__ = ['PLANNER_FORMAT', 'PLANNER_JSON_FORMAT', 'SOLVER_FORMAT', 'PLAN_FORMATS', 'MAX_PLAN_CHARS', 'MAX_ANSWER_CHARS',
@@ -289,13 +289,14 @@ def _failures(tasks:list[PlanTask], work:Step) -> str:
 def solver_prompt(question:str, # the user's question
                   tasks:list[PlanTask], # the plan that ran
                   work:Step, # the step that ran it
-                  cap:int=4000) -> list[dict]: # characters of each evidence at most
+                  cap:int=4000, # characters of each evidence at most
+                  conversation:str='') -> list[dict]: # the conversation so far (`memory.conversation`), if any
     ("The solver's messages: how to answer; then the question, the plan with its evidence, and "
      "what failed.")
     bad = _failures(tasks, work)
     tail = ''
     if bad: tail = f"\n\nFailed evidence: {bad}. Answer from the rest and say what is missing."
-    user = f"Question: {question}\n\n{evidence_text(tasks, work, cap)}{tail}"
+    user = told_before(conversation) + f"Question: {question}\n\n{evidence_text(tasks, work, cap)}{tail}"
     system = SOLVER_SYSTEM.format(format=SOLVER_FORMAT)
     return [{'role': 'system', 'content': system}, {'role': 'user', 'content': user}]
 
@@ -466,7 +467,7 @@ def _work(self:_ReWOORun, plan:PlanReading) -> Iterator:
 def _solve(self:_ReWOORun, plan:PlanReading, work:Step) -> Iterator:
     "Ask the solver for the answer from the plan and its evidence; returns (answer, stop reason)."
     a = self.a
-    sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars)
+    sent = solver_prompt(self.q, plan.tasks, work, a.max_evidence_chars, a.conversation)
     answer, steps = yield from ask_json(a.llm, sent, self.next, SOLVER_FORMAT, read=_read_solution,
                                         fix=_answer_fix, json_mode=False, temperature=a.temperature,
                                         **asking(a))

@@ -272,6 +272,7 @@ def _told(self:Session, question:str):
     if not note: return self.agent
     told = copy.copy(self.agent)
     told.background = '\n\n'.join(p for p in (self.agent.background, note) if p)
+    told.conversation = note  # the roles after the planner (a join, a solver) are told it too
     return told
 
 # %% ../../nbs/32_memory.ipynb #7e9488f4
