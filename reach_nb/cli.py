@@ -785,7 +785,7 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
     "Serve every agent over HTTP: start runs, stream their events (SSE), read sessions, cancel, reply, fork."
     import uvicorn
     from reach_nb.llm.models import LatencyLLM
-    from reach_nb.service.app import Service, check_bind, create_app
+    from reach_nb.service.app import Service, check_bind, create_app, server_config
     s = _settings(base_url=base_url)
     tokens = _tokens(token, s)
     check_bind(host, tokens)
@@ -802,7 +802,7 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
     who = f"{len(tokens)} token{'s' * (len(tokens) != 1)}" if tokens else 'no tokens: loopback only'
     print(f"Serving reach_nb's agents at {where} ({who}); API at {where}/docs. Ctrl-C stops it.",
           file=sys.stderr, flush=True)
-    try: uvicorn.Server(uvicorn.Config(web, log_level='warning', access_log=False)).run(sockets=[sock])
+    try: uvicorn.Server(server_config(web)).run(sockets=[sock])
     finally: sessions.close()
 
 # %% ../nbs/99_cli.ipynb #37447b0b

@@ -340,3 +340,28 @@ def test_a_fork_is_a_new_run_of_its_owner(tmp_path, small_db):
     assert f['parent'] == first['run_id'] and f['stop_reason'] == 'answer' and f['answer'] == first['answer']
     assert [r['run_id'] for r in session['runs']] == [first['run_id'], f['run_id']]
     assert bad.status_code == 400 and bad.json()['error']['code'] == 'bad_request' and 'step 99' in bad.text
+
+
+def test_a_request_head_that_never_ends_is_cut_off(tmp_path, small_db):
+    "A slowloris client (a head sent a byte now and then, never finished) gets 408 in the one error shape, then is closed."
+    import socket
+    with service(tmp_path, small_db, '--model', 'sim-analyst') as (base, _):
+        port = int(base.rsplit(':', 1)[1])
+        slow = socket.create_connection(('127.0.0.1', port))
+        t = time.monotonic()
+        slow.sendall(b'GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n')
+        slow.settimeout(1)
+        got = b''
+        while time.monotonic() - t < 30:
+            try: part = slow.recv(4000)
+            except socket.timeout:
+                slow.sendall(b'X')  # a byte now and then keeps nothing alive
+                assert httpx.get(f'{base}/openapi.json', timeout=5).status_code == 200  # others are served meanwhile
+                continue
+            if not part: break
+            got += part
+        took = time.monotonic() - t
+        slow.close()
+    head, _, body = got.partition(b'\r\n\r\n')
+    assert head.split(b'\r\n')[0] == b'HTTP/1.1 408 Request Timeout' and 9 < took < 20, (got, took)
+    assert json.loads(body) == {'error': {'code': 'request_timeout', 'message': 'the request head did not arrive in time'}}

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import AsyncIterator, Literal
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -35,10 +36,10 @@ from .wire import VOCABULARIES, make_wire
 
 # %% auto #0
 __all__ = ['MAX_QUESTION_CHARS', 'MAX_BODY_BYTES', 'ID_PATTERN', 'AgentName', 'Key', 'MIN_TOKEN_CHARS', 'RUN_ID_HEADER',
-           'ApiError', 'error_response', 'RunRequest', 'ReplyRequest', 'ResumeRequest', 'ForkRequest', 'LiveRun',
-           'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner', 'parse_event_id',
-           'sse_events', 'listing', 'run_json', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html', 'page_headers',
-           'ask_now', 'check_bind', 'create_app', 'background_server']
+           'HEAD_TIMEOUT', 'ApiError', 'error_response', 'RunRequest', 'ReplyRequest', 'ResumeRequest', 'ForkRequest',
+           'LiveRun', 'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner',
+           'parse_event_id', 'sse_events', 'listing', 'run_json', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html',
+           'page_headers', 'ask_now', 'check_bind', 'create_app', 'HeadDeadline', 'server_config', 'background_server']
 
 # %% ../../nbs/81_service.ipynb #0f99b759
 class ApiError(Exception):
@@ -683,13 +684,54 @@ def create_app(svc:Service, # what the app serves
     return app
 
 # %% ../../nbs/81_service.ipynb #5d033e50
+HEAD_TIMEOUT = 10.0  # seconds a connection has to send a whole request head
+
+_LATE = json.dumps({'error': {'code': 'request_timeout',
+                              'message': 'the request head did not arrive in time'}}).encode()
+
+class HeadDeadline(H11Protocol):
+    "uvicorn's h11 protocol, closing a connection whose request head does not arrive within `HEAD_TIMEOUT`."
+    head_timeout = HEAD_TIMEOUT
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._due = self.loop.call_later(self.head_timeout, self._late)
+
+    def handle_events(self):
+        before = self.cycle
+        super().handle_events()
+        if self.cycle is not before and self._due is not None:  # a whole head came: the request runs
+            self._due.cancel()
+            self._due = None
+
+    def on_response_complete(self):
+        super().on_response_complete()
+        if not self.transport.is_closing():  # a kept-alive connection: the next head is due in time too
+            if self._due is not None: self._due.cancel()
+            self._due = self.loop.call_later(self.head_timeout, self._late)
+
+    def connection_lost(self, exc):
+        if self._due is not None: self._due.cancel()
+        super().connection_lost(exc)
+
+    def _late(self):
+        self._due = None
+        if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete): return
+        self.transport.write(b'HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n'
+                             b'connection: close\r\ncontent-length: %d\r\n\r\n%s' % (len(_LATE), _LATE))
+        self.transport.close()
+
+def server_config(app) -> uvicorn.Config:
+    "uvicorn's settings for the service: quiet logs, and the request-head deadline."
+    return uvicorn.Config(app, log_level='warning', access_log=False, http=HeadDeadline)
+
 @contextmanager
 def background_server(app, # an ASGI app
                       port:int=0): # 0: a free port
     "Serve `app` on 127.0.0.1 in a thread; yields its base URL, and stops it after the block."
     from reach_nb.llm.server import listening
     sock = listening('127.0.0.1', port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False))
+    server = uvicorn.Server(server_config(app))
     t = threading.Thread(target=server.run, kwargs={'sockets': [sock]}, daemon=True)
     t.start()
     while not server.started and t.is_alive(): time.sleep(0.01)
