@@ -769,15 +769,17 @@ class _Alarm:
     "The state of the one alarm: 0 none of ours, 1 armed (a ring stops the call), 2 stopping (a ring is ignored)."
     state = 0
     rang = False
+    due = float('-inf')  # when the last timer of ours was set to ring (perf_counter)
 
 def _ring(signum, frame):
     "The SIGALRM handler: stop the armed call once; a ring that is not ours does what the default does."
     if _Alarm.state == 1:
         _Alarm.state, _Alarm.rang = 2, True
         raise _Deadline
-    if _Alarm.state == 0:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGALRM)
+    # a ring of ours whose handler runs only after the call was done with (a signal arrived during the disarm)
+    if _Alarm.state == 2 or abs(perf_counter() - _Alarm.due) < 1.0: return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGALRM)
 
 _MAIN = threading.main_thread()
 _HAS_ALARM = hasattr(signal, 'setitimer') and hasattr(signal, 'SIGALRM')  # POSIX
@@ -798,9 +800,10 @@ def _run_alarm(t:Tool, kw:dict, timeout:float) -> tuple|None:
      "already running.")
     prev, _Alarm.state, _Alarm.rang = _Alarm.state, 1, False
     old = signal.setitimer(signal.ITIMER_REAL, timeout)
+    due, _Alarm.due = _Alarm.due, perf_counter() + timeout
     if old[0]:
         signal.setitimer(signal.ITIMER_REAL, *old)  # not ours to replace: put it back
-        _Alarm.state = prev
+        _Alarm.state, _Alarm.due = prev, due
         return None
     out = None
     try:
