@@ -1022,6 +1022,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'reach_nb.llm.models.ChatModel.achat': ('llm.html#chatmodel.achat', 'reach_nb/llm/models.py'),
                                      'reach_nb.llm.models.ChatModel.chat': ('llm.html#chatmodel.chat', 'reach_nb/llm/models.py'),
                                      'reach_nb.llm.models.ChatModel.stream': ('llm.html#chatmodel.stream', 'reach_nb/llm/models.py'),
+                                     'reach_nb.llm.models.ChatModel.usage': ('llm.html#chatmodel.usage', 'reach_nb/llm/models.py'),
                                      'reach_nb.llm.models.EchoLLM': ('llm.html#echollm', 'reach_nb/llm/models.py'),
                                      'reach_nb.llm.models.EchoLLM._complete': ('llm.html#echollm._complete', 'reach_nb/llm/models.py'),
                                      'reach_nb.llm.models.FaultyLLM': ('llm.html#faultyllm', 'reach_nb/llm/models.py'),

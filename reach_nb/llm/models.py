@@ -108,7 +108,15 @@ class ChatModel:
 
     def __init__(self, name:str|None=None):
         if name: self.name = name
-        self.usage, self._lock = Usage(), threading.Lock()
+        # calls, prompt, completion, estimated calls, reasoning: plain counts, read as `usage`
+        self._tally, self._lock = [0] * 5, threading.Lock()
+
+    @property
+    def usage(self) -> Usage:
+        "What this model's calls used so far, as a new `Usage` each time (a snapshot, not a live view)."
+        calls, prompt, completion, estimated, reasoning = self._tally
+        return Usage(llm_calls=calls, prompt_tokens=prompt, completion_tokens=completion,
+                     estimated_calls=estimated, reasoning_tokens=reasoning)
 
     def chat(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
              temperature:float|None=None) -> LLMResponse:
@@ -156,15 +164,14 @@ def _stream(self:ChatModel, *args):
 # %% ../../nbs/10_llm.ipynb #6a0e9b55
 @patch
 def _count(self:ChatModel, r:LLMResponse) -> LLMResponse:
-    "Add one finished call to `usage`."
+    "Add one finished call to `usage` (plain counts: no `Usage` is built per call)."
     with self._lock:
-        a = self.usage  # one Usage built, not two
-        self.usage = Usage.model_validate({
-            **a.__dict__, 'llm_calls': a.llm_calls + 1,
-            'prompt_tokens': a.prompt_tokens + r.prompt_tokens,
-            'completion_tokens': a.completion_tokens + r.completion_tokens,
-            'estimated_calls': a.estimated_calls + int(r.usage_estimated),
-            'reasoning_tokens': a.reasoning_tokens + r.reasoning_tokens})
+        t = self._tally
+        t[0] += 1
+        t[1] += r.prompt_tokens
+        t[2] += r.completion_tokens
+        t[3] += r.usage_estimated
+        t[4] += r.reasoning_tokens
     return r
 
 # %% ../../nbs/10_llm.ipynb #183d5fe3
