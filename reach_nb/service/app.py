@@ -437,7 +437,7 @@ class _TooSlow(BaseException): pass
 
 class BodyCap:
     ("ASGI middleware: a request body over `limit` bytes is answered 413, before it is read whole; one that "
-     "stalls for `timeout` seconds, 408.")
+     "has not arrived whole `timeout` seconds after its head, 408.")
     def __init__(self, app, limit:int=MAX_BODY_BYTES, timeout:float=10.0):
         self.app, self.limit, self.timeout = app, limit, timeout
 
@@ -446,10 +446,12 @@ class BodyCap:
         length = dict(scope.get('headers') or []).get(b'content-length', b'0')
         if not length.isdigit() or int(length) > self.limit: return await self._refuse(scope, receive, send)
         seen, reading = 0, True  # a chunked body has no length: it is counted as it comes
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.timeout  # the whole body, not each part: a byte every few seconds is late too
         async def capped():
             nonlocal seen, reading
             if not reading: return await receive()  # the body is read: what comes now is the disconnect
-            try: m = await asyncio.wait_for(receive(), self.timeout)
+            try: m = await asyncio.wait_for(receive(), max(due - loop.time(), 0))
             except asyncio.TimeoutError: raise _TooSlow() from None
             seen += len(m.get('body', b''))
             reading = m['type'] == 'http.request' and m.get('more_body', False)
@@ -458,7 +460,8 @@ class BodyCap:
         try: await self.app(scope, capped, send)
         except _TooLarge: await self._refuse(scope, receive, send)
         except _TooSlow:
-            r = error_response(408, 'too_slow', f"the request body stalled for {self.timeout:g} s: send it at once")
+            r = error_response(408, 'too_slow', f"the request body did not arrive within {self.timeout:g} s of its "
+                                                "head: send it at once")
             await r(scope, receive, send)
 
     async def _refuse(self, scope, receive, send):
@@ -669,7 +672,7 @@ def check_bind(host:str, tokens) -> None:
 # %% ../../nbs/81_service.ipynb #3a591e82
 def create_app(svc:Service, # what the app serves
                host:str='127.0.0.1', # the address it is served on: with no tokens, a loopback one
-               body_timeout:float=10.0) -> FastAPI: # seconds a request body may stall
+               body_timeout:float=10.0) -> FastAPI: # seconds a request body has to arrive whole, after its head
     "The service's ASGI app: the `/v1` endpoints, OpenAPI at `/openapi.json`, errors in one JSON shape."
     check_bind(host, svc.tokens)
     app = FastAPI(title='reach_nb service', version=__version__, lifespan=_mcp_lifespan(svc),
