@@ -108,7 +108,7 @@ class LiveRun:
         "Add event `e`: stored (it has the next store number) or not (a token)."
         with self._lock:
             if stored: key, self.stored, self.tokens = (self.stored, 0), self.stored + 1, 0
-            else: self.tokens += 1; key = (self.stored - 1, self.tokens)
+            else: self.tokens += len(e.text); key = (self.stored - 1, self.tokens)  # a token: the reply's length so far
             self.events.append((key, e))
         self._wake()
 
@@ -337,7 +337,7 @@ def _resuming(live:LiveRun, run_id:str):
 
 def _tokens_to(live:LiveRun):
     "What a run's `on_event` does: stored events reach `live` through the store; tokens only here."
-    return lambda e: live.add(e, stored=False) if e.type == 'token' else None
+    return lambda e: live.add(e, stored=False) if e.type == 'token' and e.text else None
 
 # %% ../../nbs/81_service.ipynb #cf4c9110
 def _orphan_end() -> RunEnd:
@@ -382,17 +382,22 @@ async def sse_events(self:Service, run_id:str, session_id:str, vocabulary:str,
                      on_disconnect:str='continue') -> AsyncIterator[ServerSentEvent]:
     "The run's events as SSE events of `vocabulary`, each with its id, from after `after`."
     wire = make_wire(vocabulary, run_id, session_id)
-    # from the store, which keeps no tokens: the client's last id may be a token of a reply still open
+    # from the store, which keeps no tokens: the client's last id may be a token of a reply still open, `n.j`
+    # its first j characters; the reply is the stored event after n, and the client gets the rest of it
     mid_reply = after is not None and after[1] > 0 and run_id not in self.live
-    step = 0
+    sse = lambda w, key, k: ServerSentEvent(data=json.dumps(w.data, ensure_ascii=False), event=w.name,
+                                            id=f"{key[0]}.{key[1]}.{k}")
     try:
         async for key, e in self._events(run_id):
-            step = e.index if e.type == 'step_start' else step
+            if mid_reply and key == (after[0] + 1, 0) and e.type == 'model_output':
+                had, rest = e.raw[:after[1]], e.raw[after[1]:]
+                wire.feed(TokenDelta(index=e.index, text=had or '…'))  # the reply is open: no second start
+                if rest:
+                    for k, w in enumerate(wire.feed(TokenDelta(index=e.index, text=rest))):
+                        yield sse(w, (after[0], len(e.raw)), k)
             for k, w in enumerate(wire.feed(e)):
                 if after is not None and (*key, k) <= after: continue
-                yield ServerSentEvent(data=json.dumps(w.data, ensure_ascii=False), event=w.name,
-                                      id=f"{key[0]}.{key[1]}.{k}")
-            if mid_reply and key == (after[0], 0): wire.feed(TokenDelta(index=step, text='…'))
+                yield sse(w, key, k)
     finally:
         if on_disconnect == 'cancel' and live is not None and not live.done: live.cancel.set()
 
