@@ -2128,6 +2128,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'reach_nb.risk.data._transactions': ('risk_data.html#_transactions', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._ts_literal': ('risk_data.html#_ts_literal', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._velocity_sql': ('risk_data.html#_velocity_sql', 'reach_nb/risk/data.py'),
+                                    'reach_nb.risk.data._watching': ('risk_data.html#_watching', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._when': ('risk_data.html#_when', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._writable': ('risk_data.html#_writable', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data.build_dataset': ('risk_data.html#build_dataset', 'reach_nb/risk/data.py'),

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/40_risk_data.ipynb #82ac8488
 from __future__ import annotations
-import contextlib, datetime as dt, json, math, os, sys
+import contextlib, datetime as dt, json, math, os, sys, threading
 from dataclasses import dataclass
 from pathlib import Path
 import duckdb
@@ -408,7 +408,6 @@ def _generate(con, p:_Plan, tick=None):
     ("Write every table of a dataset of plan `p` into the open connection `con`, calling "
      "`tick(stage)` after each stage.")
     tick = tick or (lambda stage: None)
-    con.execute("SET enable_progress_bar = false")
     for m in _base_macros(p.seed) + _player_macros(p): con.execute(m)
     _reference_tables(con); tick('catalogue')
     parts = [_normal_sql(p), _proxy_sql(p), _farm_sql(p), _velocity_sql(p), _refund_sql(p),
@@ -509,6 +508,29 @@ def _check_folder(path:Path):
                     "make it writable, or point REACH_DATA_DB at a file in a writable folder "
                     "(or set data_dir in settings.ini)")
 
+# %% ../../nbs/40_risk_data.ipynb #7b9cab7b
+@contextlib.contextmanager
+def _watching(con, # an open DuckDB connection, about to run a stage's statements
+              bar:tqdm, # the build's bar: one step per stage done
+              every:float=0.5): # seconds between looks
+    ("While the block runs, show on `bar` the stage under way and how far its running statement is "
+     "(DuckDB's own estimate); nothing when the bar is off.")
+    con.execute(f"SET enable_progress_bar = {'false' if bar.disable else 'true'}")
+    if bar.disable: yield; return
+    con.execute("SET enable_progress_bar_print = false")
+    con.execute("SET progress_bar_time = 0")
+    done = threading.Event()
+    def look():
+        while not done.wait(every):
+            if (p := con.query_progress()) >= 0 and bar.n < len(_STAGES):
+                bar.set_postfix_str(f"{_STAGES[int(bar.n)]} {p:.0f}%")
+    t = threading.Thread(target=look, daemon=True, name='build-progress')
+    t.start()
+    try: yield
+    finally:
+        done.set()
+        t.join()
+
 # %% ../../nbs/40_risk_data.ipynb #acac4db9
 def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
     "Generate into `<path>.building`, then rename over `path`; call holding the build lock."
@@ -517,7 +539,7 @@ def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
     bar = tqdm(total=len(_STAGES), desc=f"Building {path.name} ({rows:,} rows, seed {seed})",
                unit='stage', file=sys.stderr, disable=not progress)
     try:
-        with duckdb.connect(str(tmp)) as con:
+        with duckdb.connect(str(tmp)) as con, _watching(con, bar):
             _generate(con, _Plan(rows, seed),
                       lambda stage: (bar.set_postfix_str(stage), bar.update()))
         # a stale log must not be replayed onto the new file
