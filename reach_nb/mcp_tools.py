@@ -4,7 +4,7 @@
 
 # %% ../nbs/60_mcp.ipynb #7eca0bb4
 from __future__ import annotations
-import asyncio, atexit, hmac, importlib.util, ipaddress, json, logging, os, re, shlex, socket, sys, tempfile
+import asyncio, atexit, contextvars, hmac, importlib.util, ipaddress, json, logging, os, re, shlex, socket, sys, tempfile
 import threading, time, types, weakref
 from collections import Counter
 from contextlib import AsyncExitStack, suppress
@@ -33,8 +33,8 @@ from .core import UserError
 from .tools import Tool, ToolError, ToolRegistry, LoopThread, norm_name, short_repr
 
 # %% auto #0
-__all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_server', 'is_loopback',
-           'serve_mcp', 'MCPHTTPServer', 'MCPConnection', 'MCPTools', 'mcp_registry', 'bench_mcp']
+__all__ = ['ServerSpec', 'server_spec', 'load_mcp_config', 'content_text', 'render_result', 'mcp_progress', 'mcp_server',
+           'is_loopback', 'serve_mcp', 'MCPHTTPServer', 'MCPConnection', 'MCPTools', 'mcp_registry', 'bench_mcp']
 
 # %% ../nbs/60_mcp.ipynb #4a08b142
 @dataclass
@@ -239,6 +239,13 @@ def _risk_registry() -> ToolRegistry:
     from reach_nb.risk.tools import risk_registry
     return risk_registry()
 
+_progress = contextvars.ContextVar('reach_mcp_progress', default=None)
+
+def mcp_progress():
+    ("Inside a tool an MCP server is running: `await report(progress, total, message)` tells the client that "
+     "called it how far the call is (a no-op when it asked for no progress); None outside an MCP call.")
+    return _progress.get()
+
 def mcp_server(registry:ToolRegistry|None=None, # the tools to offer; default: the nine risk tools on the sample data
                name:str='reach_nb', # the server's name, as clients show it
                read_only:bool|None=None) -> Server: # mark every tool read-only; default: only the risk tools
@@ -246,7 +253,10 @@ def mcp_server(registry:ToolRegistry|None=None, # the tools to offer; default: t
     if registry is None: registry, read_only = _risk_registry(), read_only is not False
     async def list_tools(ctx, params):
         return mt.ListToolsResult(tools=[_mcp_tool(t, bool(read_only)) for t in registry])
-    async def call_tool(ctx, params): return await _serve_call(registry, params)
+    async def call_tool(ctx, params):
+        token = _progress.set(ctx.session.report_progress)  # this request's own progress channel
+        try: return await _serve_call(registry, params)
+        finally: _progress.reset(token)
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
                   instructions="Tools served by reach_nb. Each tool's "
                                "description ends with an example call.")

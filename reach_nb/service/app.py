@@ -29,7 +29,7 @@ from ..agents.registry import AGENTS, ARCHITECTURES
 from ..llm.models import ChatModel
 from ..memory.conversation import Session
 from ..memory.sessions import RunInfo, SessionStore, event_json, fork, resume
-from ..mcp_tools import is_loopback, mcp_server
+from ..mcp_tools import is_loopback, mcp_progress, mcp_server
 from ..tools import Tool, ToolRegistry
 from ..risk.agents import risk_agent, session_workspace
 from .wire import VOCABULARIES, make_wire
@@ -39,7 +39,8 @@ __all__ = ['MAX_QUESTION_CHARS', 'MAX_BODY_BYTES', 'ID_PATTERN', 'AgentName', 'K
            'HEAD_TIMEOUT', 'ApiError', 'error_response', 'RunRequest', 'ReplyRequest', 'ResumeRequest', 'ForkRequest',
            'LiveRun', 'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner',
            'parse_event_id', 'sse_events', 'listing', 'run_json', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html',
-           'page_headers', 'ask_now', 'check_bind', 'create_app', 'HeadDeadline', 'server_config', 'background_server']
+           'page_headers', 'ask_now', 'step_note', 'check_bind', 'create_app', 'HeadDeadline', 'server_config',
+           'background_server']
 
 # %% ../../nbs/81_service.ipynb #0f99b759
 class ApiError(Exception):
@@ -100,6 +101,7 @@ class LiveRun:
         self.started = threading.Event()  # set once the run has an id, or failed to start
         self._lock = threading.Lock()
         self._waiting = set()  # (event loop, asyncio.Event) of each stream that follows
+        self.on_stored = None  # called with each stored event, in the thread that stores it
 
     def _wake(self):
         for loop, ev in list(self._waiting): loop.call_soon_threadsafe(ev.set)
@@ -111,6 +113,7 @@ class LiveRun:
             else: self.tokens += len(e.text); key = (self.stored - 1, self.tokens)  # a token: the reply's length so far
             self.events.append((key, e))
         self._wake()
+        if stored and self.on_stored is not None: self.on_stored(e)
 
 # %% ../../nbs/81_service.ipynb #9f3d79b0
 def opened(self:LiveRun, run_id:str):
@@ -618,12 +621,14 @@ def _page_route(app:FastAPI):
 # %% ../../nbs/81_service.ipynb #2c11feef
 _mcp_owner = contextvars.ContextVar('reach_mcp_owner', default='local')
 
-def ask_now(self:Service, who:str, agent:str, question:str, session_id:str='') -> str:
+def ask_now(self:Service, who:str, agent:str, question:str, session_id:str='',
+            on_event=None) -> str: # called with each stored event of the run, as it is stored
     "Run one turn to its end in this thread, as `POST /v1/runs` would; its answer and run id, as text."
     req = RunRequest(question=question, agent=agent, session_id=session_id or None)  # the same checks
     sid = req.session_id or uuid.uuid4().hex[:16]
     self._session_runs(sid, who)
     live = LiveRun(sid, who, agent)
+    live.on_stored = on_event
     self._admit(who, sid, live)
     self._work(live, _asking(live, req.question))
     if live.failure: raise ApiError(*live.failure)
@@ -632,12 +637,24 @@ def ask_now(self:Service, who:str, agent:str, question:str, session_id:str='') -
 
 Service.ask_now = ask_now
 
+def step_note(step) -> str:
+    "A finished step in a few words, for a progress message: its calls, or that it answered."
+    did = ', '.join(a.tool for a in step.actions[:5]) or ('answered' if step.answer is not None else 'no call')
+    return f"step {step.index}: {did}"[:200]
+
 def _agent_tool(svc:Service, agent:str) -> Tool:
     async def ask(question:str, # the question, in a sentence or two
                   session_id:str=''): # a conversation to continue (letters, digits and ._:-); empty: a new one
         who = _mcp_owner.get()  # read here, on the request's own context
-        try: return await asyncio.to_thread(svc.ask_now, who, agent, question, session_id)
+        report, loop, told = mcp_progress(), asyncio.get_running_loop(), []
+        def stepped(e):  # in the run's thread: each finished step goes to the caller as progress
+            if report is not None and e.type == 'step_end':
+                told.append(asyncio.run_coroutine_threadsafe(report(e.step.index, None, step_note(e.step)), loop))
+        try: return await asyncio.to_thread(svc.ask_now, who, agent, question, session_id, stepped)
         except ApiError as e: raise ValueError(f"{e.code}: {e.message}") from None
+        finally:
+            # every step is told before the answer; a notification the client could not take does not fail the call
+            await asyncio.gather(*map(asyncio.wrap_future, told), return_exceptions=True)
     return Tool(ask, name=f"ask_{agent.replace('-', '_')}", timeout=0, max_chars=20_000,
                 description=f"Ask reach_nb's {agent} agent a question about the game-recharge payment data "
                             "(risk analysis over the nine analysis tools); returns its answer and run id.")
@@ -660,7 +677,8 @@ def _mcp_lifespan(svc:Service):
     @asynccontextmanager
     async def lifespan(app:FastAPI):
         # Host checks are the service's own (LoopbackHosts); tokens guard a public bind
-        app.state.mcp = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True,
+        # answers as SSE, not one JSON body: a call's progress notifications ride the same response
+        app.state.mcp = StreamableHTTPSessionManager(app=server, stateless=True, json_response=False,
                                                      security_settings=TransportSecuritySettings(
                                                          enable_dns_rebinding_protection=False))
         async with app.state.mcp.run(): yield
