@@ -397,6 +397,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'reach_nb.agents.react._low': ('react.html#_low', 'reach_nb/agents/react.py'),
                                        'reach_nb.agents.react._offered': ('react.html#_offered', 'reach_nb/agents/react.py'),
                                        'reach_nb.agents.react._pick': ('react.html#_pick', 'reach_nb/agents/react.py'),
+                                       'reach_nb.agents.react._plain': ('react.html#_plain', 'reach_nb/agents/react.py'),
                                        'reach_nb.agents.react._protocol_object': ( 'react.html#_protocol_object',
                                                                                    'reach_nb/agents/react.py'),
                                        'reach_nb.agents.react._text': ('react.html#_text', 'reach_nb/agents/react.py'),

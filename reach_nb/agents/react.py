@@ -243,11 +243,25 @@ def _text(v) -> str|None:
     except (TypeError, ValueError, RecursionError): return f'<unreadable {type(v).__name__}>'
 
 # %% ../../nbs/21_react.ipynb #f3032283
+def _plain(value:dict) -> Decision|None:
+    ("A reply in the protocol's own form (a thought and an action of just tool and args, or a thought and an "
+     "answer), read directly, as most replies are; None for any other form, which `decide` reads in full.")
+    thought = value.get('thought')
+    if not (thought is None or (type(thought) is str and thought)): return None
+    if len(value) - ('thought' in value) != 1: return None
+    if type(act := value.get('action')) is dict:
+        if len(act) != 2 or type(tool := act.get('tool')) is not str or type(args := act.get('args')) is not dict:
+            return None
+        return Decision(thought, [ToolCall(tool=tool, args=dict(args))]) if (tool := tool.strip()) else None
+    answer = value.get('answer')
+    return Decision(thought, [], answer) if type(answer) is str and answer else None
+
 def decide(value:dict, # a parsed reply
            checked:bool=False # it comes from `parse_json`, so nothing in it nests too deep
           ) -> Decision:
     ("Read a parsed reply in any supported dialect; `ValueError` if it has neither an action nor "
      "an answer.")
+    if checked and type(value) is dict and (plain := _plain(value)) is not None: return plain
     if not isinstance(value, dict):
         raise ValueError(f"Expected a JSON object, got {type(value).__name__}.")
     low = _low(value)
