@@ -595,7 +595,7 @@ def resume_cmd(run_id:str = typer.Argument(..., help='The id of a stored run (re
         spec, base_url = _stored_model(stored.meta, model, base_url)
         s = _settings(base_url=base_url, max_steps=max_steps, request_timeout=timeout)
         llm, tf = _model(spec, s), _TraceFile(trace) if trace else None
-        with risk_agent(llm, _dataset(), store=session_workspace(stored.meta.get('session_id'), s),
+        with risk_agent(llm, _dataset(), store=session_workspace(stored.meta.get('session_id'), s, store),
                         **_stored_agent(stored.meta, s)) as agent:
             run = _resumed(store, stored, run_id, agent, tf)
     raise typer.Exit(0 if run and run.stop_reason == 'answer' else 1)

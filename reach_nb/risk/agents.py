@@ -13,7 +13,8 @@ from ..config import Settings, load_settings, resolve_path
 from ..core import Run
 from ..llm.models import ChatModel, register_model
 from .data import ensure_dataset
-from .tools import RiskWorkspace, risk_registry
+from .tools import RedisWorkspaceStore, RiskWorkspace, risk_registry
+from ..memory.sessions import RedisSessionStore
 from ..tools import ToolRegistry
 
 # %% auto #0
@@ -64,13 +65,14 @@ def risk_agent(llm:ChatModel|None=None, # the model; default a `SimAnalyst`
                db:str|Path|None=None, # a risk dataset; default `ensure_dataset()` (built on first use)
                agent:str='react', # the architecture: one of `AGENTS`
                pipeline:str|Path|None=None, # for agent='pipeline': its YAML file (default the example)
-               store:str|Path|None=None, # the workspace store (procedures, tasks, results); default a fresh one
+               store=None, # the workspace store (procedures, tasks, results): a file, a store; default a fresh one
                **agent_kw): # passed to the agent's class (ReAct: max_steps defaults to 20)
     ("An agent over the nine risk tools; its workspace store is `store`, kept, or a temporary one "
      "removed on exit.")
     db, cap = ensure_dataset() if db is None else Path(db), load_settings().max_observation_chars or None
     with tempfile.TemporaryDirectory(prefix='reach-risk-') as d, \
-         RiskWorkspace(db, store=Path(store) if store else Path(d)/'ws.sqlite') as ws:
+         RiskWorkspace(db, store=Path(d)/'ws.sqlite' if not store else
+                           Path(store) if isinstance(store, (str, Path)) else store) as ws:
         tools = risk_tools(ws, max_chars=cap)
         yield make_agent(agent, llm or _sim_analyst(), tools, data_note(ws), pipeline, **agent_kw)
 
@@ -83,8 +85,11 @@ def run_risk_demo(question:str|None=None, # the risk question to answer; default
 
 # %% ../../nbs/47_risk_agents.ipynb #5e55a0a2
 def session_workspace(session_id:str|None, # the conversation; None: no workspace file (a temporary one)
-                      settings:Settings|None=None) -> Path|None: # default `load_settings()`
-    "The risk tools' workspace store of a session: a file under `<trace_dir>/workspaces`, named by a hash of the id."
+                      settings:Settings|None=None, # default `load_settings()`
+                      sessions=None) -> Path|RedisWorkspaceStore|None: # the session store; a Redis one keeps the workspace too
+    ("The risk tools' workspace store of a session: a file under `<trace_dir>/workspaces`, named by a hash of the id "
+     "(in the sessions' Redis, when they are in Redis).")
     if not session_id: return None
     name = hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:24]
+    if isinstance(sessions, RedisSessionStore): return RedisWorkspaceStore(sessions.r, f"{sessions.prefix}ws:{name}:")
     return resolve_path((settings or load_settings()).trace_dir)/'workspaces'/f'{name}.sqlite'

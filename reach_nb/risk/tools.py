@@ -20,7 +20,7 @@ from .operators import example_step, execute_step, md_table
 from .knowledge import KnowledgeBase
 
 # %% auto #0
-__all__ = ['WorkspaceStore', 'RiskWorkspace', 'risk_registry']
+__all__ = ['WorkspaceStore', 'RedisWorkspaceStore', 'RiskWorkspace', 'risk_registry']
 
 # %% ../../nbs/44_risk_tools.ipynb #18afb767
 _STORE_SQL = """
@@ -150,6 +150,85 @@ def results(self:WorkspaceStore, task_id:str) -> list[StepResult]:
                            [task_id]).fetchall()
     return [StepResult.model_validate_json(r[0]) for r in rows]
 
+# %% ../../nbs/44_risk_tools.ipynb #f72e9006
+_COLUMNS = {'procedures': ('n', 'name', 'description', 'steps', 'created'),
+            'tasks': ('n', 'name', 'procedure_id', 'dataset', 'frame', 'filters', 'notes', 'status', 'error',
+                      'created')}
+_DEFAULT = {'status': 'created'}
+
+_ADD_LUA = """
+if ARGV[1] ~= '' then
+  local got = redis.call('HGET', KEYS[3], ARGV[1])
+  if got then return got end
+end
+local n = redis.call('INCR', KEYS[1])
+local id = string.format('%s_%04d', ARGV[3], n)
+redis.call('HSET', KEYS[2], n, ARGV[2])
+if ARGV[1] ~= '' then redis.call('HSET', KEYS[3], ARGV[1], id) end
+return id
+"""
+
+class RedisWorkspaceStore:
+    "Procedures, tasks and step results in Redis under one key prefix, shared by every worker that uses it."
+    def __init__(self, redis_client, # a `redis.Redis` with decode_responses=True (a session store's `r`)
+                 prefix:str): # the start of every key of this workspace
+        self.r, self.prefix = redis_client, prefix
+        self._add = self.r.register_script(_ADD_LUA)
+    def _k(self, *parts) -> str: return self.prefix + ':'.join(parts)
+    def __repr__(self): return f"RedisWorkspaceStore({self.prefix!r})"
+
+@patch
+def add(self:RedisWorkspaceStore, table:str, key:str|None=None, **row) -> str:
+    "Insert a procedure or task; its new id (the id the first add with `key` made, if there was one)."
+    row = _stored(row) | {'created': datetime.now().isoformat(timespec='seconds')}
+    keys = [self._k('n', table), self._k(table), self._k('call_keys')]
+    return self._add(keys=keys, args=[str(key)[:200] if key else '', json.dumps(row, ensure_ascii=False),
+                                      _PREFIX[table]])
+
+def _redis_row(table:str, n:int, text:str) -> dict:
+    "A stored row as `WorkspaceStore` reads it: every column, JSON columns decoded, the id first."
+    got = json.loads(text)
+    d = {c: n if c == 'n' else got.get(c, _DEFAULT.get(c)) for c in _COLUMNS[table]}
+    d = {k: json.loads(v) if k in _JSON_COLS and v is not None else v for k, v in d.items()}
+    return {'id': f"{_PREFIX[table]}_{n:04d}", **d}
+
+@patch
+def all(self:RedisWorkspaceStore, table:str, status:str|None=None) -> list[dict]:
+    "Every procedure or task, oldest first (tasks optionally with one status)."
+    rows = [_redis_row(table, int(n), v) for n, v in self.r.hgetall(self._k(table)).items()]
+    return sorted((r for r in rows if status is None or r.get('status') == status), key=lambda r: r['n'])
+
+@patch
+def get(self:RedisWorkspaceStore, table:str, id:str) -> dict:
+    "One procedure or task by id; a ValueError names the latest ones when it does not exist."
+    n = _parse_id(id, table)
+    if (text := self.r.hget(self._k(table), n)) is not None: return _redis_row(table, n, text)
+    known = [x['id'] for x in self.all(table)[-10:]]
+    raise ValueError(f"no {table[:-1]} {id!r}; " + (f"the latest are {', '.join(known)}" if known
+                                                    else "none exist yet; create one with "
+                                                         f"create_{table[:-1]}"))
+
+@patch
+def update(self:RedisWorkspaceStore, id:str, **cols):
+    "Set columns of a task (status, error, or what `create_task` can change)."
+    cols, n = _stored(cols), _parse_id(id, 'tasks')
+    def change(p):  # read, change and write the row as one transaction (retried if another worker wrote it)
+        text = p.hget(self._k('tasks'), n)
+        p.multi()
+        if text is not None: p.hset(self._k('tasks'), n, json.dumps(json.loads(text) | cols, ensure_ascii=False))
+    self.r.transaction(change, self._k('tasks'))
+
+@patch
+def save_results(self:RedisWorkspaceStore, task_id:str, results:list[StepResult]):
+    "Replace a task's step results."
+    self.r.set(self._k('results', str(task_id)[:200]), json.dumps([r.model_dump_json() for r in results]))
+
+@patch
+def results(self:RedisWorkspaceStore, task_id:str) -> list[StepResult]:
+    "A task's step results, in step order."
+    text = self.r.get(self._k('results', str(task_id)[:200]))
+    return [StepResult.model_validate_json(x) for x in json.loads(text)] if text else []
+
 # %% ../../nbs/44_risk_tools.ipynb #caf837fe
 def _default_db() -> Path:
     try: from reach_nb.risk.data import ensure_dataset
@@ -169,13 +248,14 @@ class RiskWorkspace:
      "tasks, results).")
     def __init__(self,
                  db:str|Path|None=None, # the DuckDB dataset; default reach_nb.risk.data.ensure_dataset()
-                 store:str|Path|None=None, # the SQLite store; default workspace.sqlite beside the dataset
+                 store:str|Path|RedisWorkspaceStore|None=None, # the SQLite store's file, or a store; default workspace.sqlite beside the dataset
                  row_limit:int=1000, # most rows any query returns
                  query_timeout:float=20.0, # seconds before a query is interrupted
                  kb:str|Path|None=None, # the knowledge-base folder of *.md files; default data/kb
                  engine:str|None=None): # 'duckdb' or 'clickhouse' (the file's copy); default the `engine` setting
         self.db = open_db(db if db is not None else _default_db(), engine, row_limit, query_timeout)
-        self.store = WorkspaceStore(store if store is not None else self.db.path.parent/'workspace.sqlite')
+        self.store = (store if isinstance(store, (WorkspaceStore, RedisWorkspaceStore)) else
+                      WorkspaceStore(store if store is not None else self.db.path.parent/'workspace.sqlite'))
         self.kb_dir, self._kb = Path(kb) if kb is not None else _default_kb(), None
 
     def tools(self) -> list[Callable]:

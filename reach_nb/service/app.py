@@ -293,7 +293,7 @@ def _work(self:Service, live:LiveRun, go):
     "Run `go(agent, store)` for `live` in this thread, and end it whatever happens."
     failure = None
     try:
-        ws = session_workspace(live.session_id, self.settings)
+        ws = session_workspace(live.session_id, self.settings, self.store)
         with risk_agent(self.llm, self.db, agent=live.agent, store=ws, **_agent_kw(live.agent)) as a:
             go(_streaming(a), _Announcing(self.store, live, self._hold))
     except ValueError as e: failure = (400, 'bad_request', str(e).removeprefix('Error: '))
