@@ -780,6 +780,7 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
               max_runs:int = typer.Option(64, help='Runs at once, in all.'),
               max_runs_per_token:int = typer.Option(8, help='Runs at once per token.'),
               rate:float = typer.Option(20.0, help='Requests a second per token (bursts of twice as many).'),
+              max_streams_per_token:int = typer.Option(32, help='Event streams open at once per token.'),
               latency:float = typer.Option(0.0, help="Seconds the model waits before each answer, as a hosted "
                                                      "model would (for demos and load tests).")):
     "Serve every agent over HTTP: start runs, stream their events (SSE), read sessions, cancel, reply, fork."
@@ -789,14 +790,15 @@ def serve_cmd(host:str = typer.Option('127.0.0.1', help='The address to listen o
     s = _settings(base_url=base_url)
     tokens = _tokens(token, s)
     check_bind(host, tokens)
-    for v, o in ((max_runs, '--max-runs'), (max_runs_per_token, '--max-runs-per-token')): _at_least(v, 1, o)
+    for v, o in ((max_runs, '--max-runs'), (max_runs_per_token, '--max-runs-per-token'),
+                 (max_streams_per_token, '--max-streams-per-token')): _at_least(v, 1, o)
     _at_least(rate, 0.1, '--rate'); _at_least(latency, 0, '--latency')
     sock = _listening(host, port)  # a taken port or a bad host is said before anything is made
     llm = _model_or_stand_in(model, s)
     if latency: llm = LatencyLLM(llm, per_call=latency, per_token=0)
     sessions = _store(store)
     svc = Service(llm, sessions, db=_dataset(), tokens=tokens, settings=s, max_runs=max_runs,
-                  max_runs_per_owner=max_runs_per_token, rate=rate)
+                  max_runs_per_owner=max_runs_per_token, rate=rate, max_streams_per_owner=max_streams_per_token)
     web = create_app(svc, host)
     where = f"http://{f'[{host}]' if ':' in host else host}:{sock.getsockname()[1]}"
     who = f"{len(tokens)} token{'s' * (len(tokens) != 1)}" if tokens else 'no tokens: loopback only'

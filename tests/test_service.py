@@ -246,6 +246,8 @@ def test_a_public_bind_needs_tokens(tmp_path, small_db):
     (['--store', '/proc/no-such-dir/s.sqlite'], "Error: cannot open the session store '/proc/no-such-dir/s.sqlite'"),
     (['--port', '99999'], 'Error: --port must be from 0 to 65535, got 99999 in option --port'),
     (['--rate', '0'], 'Error: --rate must be at least 0.1, got 0.0 in option --rate'),
+    (['--max-streams-per-token', '0'], 'Error: --max-streams-per-token must be at least 1, got 0 in option '
+                                       '--max-streams-per-token'),
 ])
 def test_a_bad_option_is_one_error_line(tmp_path, small_db, args, said):
     r = subprocess.run([REACH, 'serve', '--model', 'sim-analyst', '--port', str(free_port()), *args], cwd=tmp_path,

@@ -6,8 +6,8 @@ to watch runs, every agent as an MCP tool; bearer tokens, limits, one error shap
 
 # %% ../../nbs/81_service.ipynb #f7ba2a17
 from __future__ import annotations
-import asyncio, contextvars, hashlib, hmac, inspect, json, os, re, secrets, socket, threading, time, uuid
-from collections import OrderedDict
+import asyncio, contextvars, hashlib, hmac, inspect, json, os, re, secrets, socket, threading, time, uuid, weakref
+from collections import Counter, OrderedDict
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import AsyncIterator, Literal
@@ -37,7 +37,7 @@ from .wire import VOCABULARIES, make_wire
 # %% auto #0
 __all__ = ['MAX_QUESTION_CHARS', 'MAX_BODY_BYTES', 'ID_PATTERN', 'AgentName', 'Key', 'MIN_TOKEN_CHARS', 'RUN_ID_HEADER',
            'HEAD_TIMEOUT', 'ApiError', 'error_response', 'RunRequest', 'ReplyRequest', 'ResumeRequest', 'ForkRequest',
-           'LiveRun', 'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner',
+           'LiveRun', 'opened', 'finish', 'follow', 'owner_of_token', 'check_tokens', 'Service', 'owner', 'stream_slot',
            'parse_event_id', 'sse_events', 'listing', 'run_json', 'answer', 'BodyCap', 'LoopbackHosts', 'page_html',
            'page_headers', 'ask_now', 'step_note', 'check_bind', 'create_app', 'HeadDeadline', 'server_config',
            'background_server']
@@ -189,12 +189,14 @@ class Service:
                  max_runs:int=64, # runs at once in all
                  max_runs_per_owner:int=8, # runs at once per token
                  rate:float=20.0, # requests a second per token, in bursts of up to twice as many
-                 keep_finished:int=64): # finished runs kept in memory for streams that reconnect
+                 keep_finished:int=64, # finished runs kept in memory for streams that reconnect
+                 max_streams_per_owner:int=32): # event streams (`GET .../events`) open at once per token
         check_tokens(tokens)
         self.llm, self.store, self.db, self.settings = llm, store, db, settings
         self.tokens = {t.encode('utf-8', 'surrogatepass'): owner_of_token(t) for t in tokens}
         self.max_runs, self.max_runs_per_owner, self.rate = max_runs, max_runs_per_owner, rate
-        self.keep_finished = keep_finished
+        self.keep_finished, self.max_streams_per_owner = keep_finished, max_streams_per_owner
+        self._streams = Counter()  # owner -> event streams open
         self.live = OrderedDict()  # run id -> LiveRun, the finished last
         self.busy = {}  # session id -> its LiveRun while it runs
         self._buckets = {}  # owner -> (requests left, when counted)
@@ -227,7 +229,23 @@ def _spend(self:Service, who:str):
         if left < 1: raise ApiError(429, 'rate_limited', f"more than {self.rate:g} requests a second: slow down")
         self._buckets[who] = (left - 1, now)
 
-for _f in (owner, _spend): setattr(Service, _f.__name__, _f)
+def stream_slot(self:Service, who:str):
+    ("Take one of `who`'s event-stream slots (429 when all are open); returns the call that gives it back, "
+     "which does so once however often it is called.")
+    with self._lock:
+        if self._streams[who] >= self.max_streams_per_owner:
+            raise ApiError(429, 'too_many_streams', f"{self.max_streams_per_owner} event streams are open for this "
+                                                    "token: close one first")
+        self._streams[who] += 1
+    given = []
+    def release():
+        with self._lock:
+            if not given:
+                given.append(True)
+                self._streams[who] -= 1
+    return release
+
+for _f in (owner, _spend, stream_slot): setattr(Service, _f.__name__, _f)
 
 # %% ../../nbs/81_service.ipynb #af02867e
 def _info(self:Service, run_id:str, who:str) -> RunInfo:
@@ -382,7 +400,8 @@ def parse_event_id(text:str|None) -> tuple[int, int, int]|None:
 async def sse_events(self:Service, run_id:str, session_id:str, vocabulary:str,
                      after:tuple|None=None, # the last event the client has: (n, j, k)
                      live:LiveRun|None=None, # the run, when closing this stream may cancel it
-                     on_disconnect:str='continue') -> AsyncIterator[ServerSentEvent]:
+                     on_disconnect:str='continue',
+                     on_close=None) -> AsyncIterator[ServerSentEvent]: # called when the stream ends
     "The run's events as SSE events of `vocabulary`, each with its id, from after `after`."
     wire = make_wire(vocabulary, run_id, session_id)
     # from the store, which keeps no tokens: the client's last id may be a token of a reply still open, `n.j`
@@ -403,6 +422,7 @@ async def sse_events(self:Service, run_id:str, session_id:str, vocabulary:str,
                 yield sse(w, key, k)
     finally:
         if on_disconnect == 'cancel' and live is not None and not live.done: live.cancel.set()
+        if on_close is not None: on_close()
 
 Service.sse_events = sse_events
 
@@ -544,8 +564,10 @@ def _routes(app:FastAPI, svc:Service):
                          after:str|None=None, owner:str=who):
         info = await asyncio.to_thread(svc._info, run_id, owner)
         since = parse_event_id(request.headers.get('last-event-id') or after)
-        return EventSourceResponse(svc.sse_events(run_id, info.session_id, events, since),
-                                   headers={RUN_ID_HEADER: run_id}, ping=15)
+        release = svc.stream_slot(owner)
+        stream = svc.sse_events(run_id, info.session_id, events, since, on_close=release)
+        weakref.finalize(stream, release)  # a stream whose response never started gives its slot back too
+        return EventSourceResponse(stream, headers={RUN_ID_HEADER: run_id}, ping=15)
 
     @app.post('/v1/runs/{run_id}/cancel', summary='Stop a run at its next event', status_code=202)
     async def cancel_run(run_id:str, owner:str=who):
