@@ -2364,6 +2364,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'reach_nb.risk.tools._default_db': ('risk_tools.html#_default_db', 'reach_nb/risk/tools.py'),
                                      'reach_nb.risk.tools._default_kb': ('risk_tools.html#_default_kb', 'reach_nb/risk/tools.py'),
                                      'reach_nb.risk.tools._filters_text': ('risk_tools.html#_filters_text', 'reach_nb/risk/tools.py'),
+                                     'reach_nb.risk.tools._missing': ('risk_tools.html#_missing', 'reach_nb/risk/tools.py'),
                                      'reach_nb.risk.tools._operator_text': ('risk_tools.html#_operator_text', 'reach_nb/risk/tools.py'),
                                      'reach_nb.risk.tools._param_text': ('risk_tools.html#_param_text', 'reach_nb/risk/tools.py'),
                                      'reach_nb.risk.tools._parse_id': ('risk_tools.html#_parse_id', 'reach_nb/risk/tools.py'),

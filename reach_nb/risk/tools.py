@@ -121,10 +121,14 @@ def get(self:WorkspaceStore, table:str, id:str) -> dict:
     with self._connect() as con:
         r = con.execute(f"SELECT * FROM {table} WHERE n = ?", [_parse_id(id, table)]).fetchone()
     if r: return _row(table, r)
-    known = [x['id'] for x in self.all(table)[-10:]]
-    raise ValueError(f"no {table[:-1]} {id!r}; " + (f"the latest are {', '.join(known)}" if known
-                                                    else "none exist yet; create one with "
-                                                         f"create_{table[:-1]}"))
+    raise _missing(self, table, id)
+
+def _missing(store, table:str, id:str) -> ValueError:
+    "The error for an id `store` does not hold, naming the latest ones (or how to make the first)."
+    known = [x['id'] for x in store.all(table)[-10:]]
+    return ValueError(f"no {table[:-1]} {id!r}; " + (f"the latest are {', '.join(known)}" if known
+                                                     else "none exist yet; create one with "
+                                                          f"create_{table[:-1]}"))
 
 @patch
 def update(self:WorkspaceStore, id:str, **cols):
@@ -203,10 +207,7 @@ def get(self:RedisWorkspaceStore, table:str, id:str) -> dict:
     "One procedure or task by id; a ValueError names the latest ones when it does not exist."
     n = _parse_id(id, table)
     if (text := self.r.hget(self._k(table), n)) is not None: return _redis_row(table, n, text)
-    known = [x['id'] for x in self.all(table)[-10:]]
-    raise ValueError(f"no {table[:-1]} {id!r}; " + (f"the latest are {', '.join(known)}" if known
-                                                    else "none exist yet; create one with "
-                                                         f"create_{table[:-1]}"))
+    raise _missing(self, table, id)
 
 @patch
 def update(self:RedisWorkspaceStore, id:str, **cols):
