@@ -409,14 +409,18 @@ async def sse_events(self:Service, run_id:str, session_id:str, vocabulary:str,
     mid_reply = after is not None and after[1] > 0 and run_id not in self.live
     sse = lambda w, key, k: ServerSentEvent(data=json.dumps(w.data, ensure_ascii=False), event=w.name,
                                             id=f"{key[0]}.{key[1]}.{k}")
+    step = 0
     try:
         async for key, e in self._events(run_id):
-            if mid_reply and key == (after[0] + 1, 0) and e.type == 'model_output':
-                had, rest = e.raw[:after[1]], e.raw[after[1]:]
-                wire.feed(TokenDelta(index=e.index, text=had or '…'))  # the reply is open: no second start
-                if rest:
-                    for k, w in enumerate(wire.feed(TokenDelta(index=e.index, text=rest))):
+            step = e.index if e.type == 'step_start' else step
+            if mid_reply and key[0] > after[0]:  # the first event after the client's token
+                mid_reply = False
+                if e.type == 'model_output':  # its reply: the rest of it, in an open block
+                    had, rest = e.raw[:after[1]], e.raw[after[1]:]
+                    wire.feed(TokenDelta(index=e.index, text=had or '…'))
+                    for k, w in enumerate(wire.feed(TokenDelta(index=e.index, text=rest)) if rest else []):
                         yield sse(w, (after[0], len(e.raw)), k)
+                else: wire.feed(TokenDelta(index=step, text='…'))  # anything else: the reply stays open, no second start
             for k, w in enumerate(wire.feed(e)):
                 if after is not None and (*key, k) <= after: continue
                 yield sse(w, key, k)
