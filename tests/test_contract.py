@@ -1,6 +1,7 @@
 """The contract every architecture of the registry keeps, run over each of them (`AGENTS`): the same safeguards for a
 model that cannot be reached, an error observation for a tool that raises, streamed tokens that add up to the
-reply, the caller's labels on the run, resume when only the end was lost, and a fork at any model step."""
+reply, the caller's labels on the run, resume when only the end was lost, a fork at any model step, and prompts
+fitted to a model's context window."""
 import functools
 from collections import Counter
 
@@ -8,7 +9,7 @@ import pytest
 
 from reach_nb.core import ModelOutput, Run, RunEnd, TokenDelta
 from reach_nb.agents.kernel import rewired
-from reach_nb.llm.models import ChatModel, LLMError
+from reach_nb.llm.models import REPLY_RESERVE, ChatModel, LLMError, count_tokens, message_text
 from reach_nb.risk.tools import RiskWorkspace
 from reach_nb.risk.data import ensure_dataset
 from reach_nb.memory.sessions import SQLiteSessionStore, fork_run, record, resume
@@ -179,3 +180,37 @@ def test_a_cancelled_run_stops_and_is_stored_finished(arch, ws, tmp_path):
         run = record(store, agent_of(arch, ws, llm), SPIKE_QUESTION, 's', on_event=on_event, cancel=stop)
         info = store.info(run.meta['run_id'])
     assert (run.stop_reason, info.status, len(run.steps), llm.n) == ('stopped', 'finished', 1, 1)
+
+
+class Windowed(ChatModel):
+    "The simulated analyst behind a context window of `window` tokens; what it is sent is kept."
+    def __init__(self, window:int|None=None):
+        super().__init__('windowed')
+        self.inner = SimAnalyst()
+        self.sent = []
+        self.context_window = window
+
+    def _complete(self, messages, tools, json_mode, temperature):
+        self.sent.append(messages)
+        return self.inner.chat(messages, tools=tools, json_mode=json_mode, temperature=temperature)
+
+
+def tokens(messages): return sum(count_tokens(message_text(m)) + 4 for m in messages)
+
+
+@pytest.mark.parametrize('arch', AGENTS)
+def test_a_prompt_past_the_context_window_is_fitted_or_refused(arch, ws):
+    """With a window a fifth smaller than its longest prompt, no architecture sends a prompt past it: each is fitted
+    (a `size_cap` safeguard, the step's prompt as sent) or the call fails as an `llm_error` that names the window."""
+    whole = Windowed()
+    agent_of(arch, ws, whole).run(SPIKE_QUESTION)
+    window = int(0.8 * max(map(tokens, whole.sent)) * Windowed.token_scale) + REPLY_RESERVE
+    small = Windowed(window)
+    run = agent_of(arch, ws, small).run(SPIKE_QUESTION)
+    assert all(tokens(m) <= (window - REPLY_RESERVE) / small.token_scale for m in small.sent)
+    kinds = [(s, g) for s in run.steps for g in s.safeguards]
+    fitted = [s for s, g in kinds if g.kind == 'size_cap' and "model's context window" in g.detail]
+    refused = [g for s, g in kinds if g.kind == 'llm_error' and 'context window' in g.detail]
+    assert fitted or refused, [g for _, g in kinds]
+    assert all(s.prompt in small.sent for s in fitted)
+    assert not any(g.kind == 'internal_error' for _, g in kinds)

@@ -13,7 +13,7 @@ from openai import OpenAI
 from reach_cli import run_reach, served
 from reach_nb.agents.react import ReActAgent
 from reach_nb.core import read_trace, write_trace
-from reach_nb.llm.local import LOCAL_MODELS, gguf_path, is_verified
+from reach_nb.llm.local import LOCAL_MODELS, LlamaServer, ensure_gguf, gguf_path, is_verified
 from reach_nb.llm.models import OpenAIChat, get_model
 from reach_nb.tools import tool
 
@@ -56,6 +56,23 @@ def test_a_react_question_on_the_local_model(tmp_path):
     print(f"\nmodel ready in {ready:.1f}s; run: {calls} calls in {took:.1f}s, "
           f"{end.usage.prompt_tokens} prompt + {end.usage.completion_tokens} completion tokens, "
           f"stop {end.stop_reason}, answer {end.answer!r}")
+
+
+@pytest.mark.live
+def test_llama_cpps_refusal_of_a_long_prompt_is_understood():
+    """A prompt past a real llama.cpp server's window (2,048 tokens here): the client, not told the window, reads it
+    from the server's refusal, fits the prompt (the oldest turns left out) and gets an answer."""
+    talk = [{'role': 'system', 'content': 'Answer in one word.'}, {'role': 'user', 'content': 'Which channel grew most?'}]
+    for i in range(10):
+        talk += [{'role': 'assistant', 'content': f'Looking at week {i}.'},
+                 {'role': 'user', 'content': f'Week {i}: ' + ', '.join(f'c{k:02d} +{(i * k) % 17}%' for k in range(60))}]
+    with LlamaServer(ensure_gguf(M05), M05.alias, n_ctx=2048) as srv:
+        llm = OpenAIChat(M05.alias, base_url=srv.base_url, api_key='unused', max_retries=0, max_tokens=16,
+                         timeout=300)
+        r = llm.chat(talk)
+    assert llm.context_window == 2048 and r.fitted and r.sent[-1] == talk[-1] and len(r.sent) < len(talk)
+    assert r.content.strip() and r.prompt_tokens < 2048
+    print(f"\nfitted: {r.fitted} token scale {llm.token_scale:.2f}; {r.prompt_tokens} prompt tokens; {r.content!r}")
 
 
 def _llama_children() -> set[str]:

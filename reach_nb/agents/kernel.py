@@ -108,6 +108,9 @@ def _noted(step:Step, resp:LLMResponse) -> LLMResponse:
     if resp.retries:
         step.safeguards.append(Safeguard(kind='retry',
                                          detail=retried_note(resp.retries, resp.malformed_retries)))
+    if resp.fitted:  # the prompt was cut to the model's context window: the trace shows what was sent
+        step.safeguards.append(Safeguard(kind='size_cap', detail=resp.fitted))
+        if resp.sent is not None: step.prompt = list(resp.sent)
     return resp
 
 # %% ../../nbs/20_kernel.ipynb #7dfc5ccc

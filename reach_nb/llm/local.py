@@ -275,4 +275,5 @@ def local_model(name:str, # a catalogue name, e.g. 'qwen2.5-coder-0.5b'
     llm = OpenAIChat(m.alias, base_url=srv.base_url, api_key=_PLACEHOLDER_KEY, temperature=s.temperature,
                      timeout=max(s.request_timeout, LOCAL_TIMEOUT), max_retries=1, max_tokens=LOCAL_MAX_TOKENS)
     llm.meta = {'local_model': m.upstream, 'model_file': path.name, 'sha256': m.sha256}
+    llm.context_window = srv.n_ctx  # prompts are fitted to it before they are sent
     return llm

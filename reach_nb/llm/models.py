@@ -11,15 +11,15 @@ from fastcore.basics import patch
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from pydantic import BaseModel, Field
-from ..core import PARAM_SYNONYMS, ToolCall, Usage, json_lines, one_line
+from ..core import PARAM_SYNONYMS, Messages, ToolCall, Usage, json_lines, one_line
 from ..config import Settings, load_settings
 
 # %% auto #0
-__all__ = ['FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
-           'MalformedResponse', 'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted', 'CassetteMismatch',
-           'as_response', 'ChatModel', 'text_chunks', 'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM',
-           'read_cassette', 'ReplayLLM', 'FaultyLLM', 'encodable', 'OpenAIChat', 'register_model', 'get_model',
-           'LatencyLLM']
+__all__ = ['REPLY_RESERVE', 'FAULTS', 'MODELS', 'count_tokens', 'message_text', 'count_message_tokens', 'LLMResponse', 'LLMError',
+           'MalformedResponse', 'ContextOverflow', 'ModelNotConfigured', 'ScriptExhausted', 'CassetteExhausted',
+           'CassetteMismatch', 'as_response', 'ChatModel', 'text_chunks', 'fit_messages', 'overflow_figures',
+           'ScriptedLLM', 'FunctionLLM', 'EchoLLM', 'RecordingLLM', 'read_cassette', 'ReplayLLM', 'FaultyLLM',
+           'encodable', 'OpenAIChat', 'register_model', 'get_model', 'LatencyLLM']
 
 # %% ../../nbs/10_llm.ipynb #ec032b4c
 @functools.cache
@@ -63,6 +63,9 @@ class LLMResponse(BaseModel):
     usage_estimated: bool = False
     retries: int = 0  # retries this call took (after 429, 5xx, a timeout or a malformed body)
     malformed_retries: int = 0  # of those, the retries after a body that was not a chat completion
+    # what fitting the prompt into the model's context window left out ('' when nothing was)
+    fitted: str = Field('', repr=False)
+    sent: Messages | None = Field(None, repr=False)  # the messages sent, when fitting changed them
 
 # %% ../../nbs/10_llm.ipynb #84290799
 class LLMError(RuntimeError):
@@ -80,6 +83,15 @@ class MalformedResponse(LLMError):
     ("An endpoint answered with a body that is not a chat completion (not JSON, no "
      "`choices`): retried like a 5xx.")
     def __str__(self): return f"{super().__str__()} (after {self.retries} retries)"
+
+class ContextOverflow(LLMError):
+    ("The prompt did not fit the model's context window; `window` and `prompt_tokens` are the "
+     "endpoint's own figures, when it gave them.")
+    def __init__(self, msg:str, status:int|None=None, body:str|None=None, retries:int=0,
+                 window:int|None=None, prompt_tokens:int|None=None):
+        super().__init__(msg, status, body, retries)
+        self.window = window
+        self.prompt_tokens = prompt_tokens
 
 class ModelNotConfigured(RuntimeError):
     "No model endpoint is configured (no API key and no base URL)."
@@ -118,21 +130,46 @@ class ChatModel:
         return Usage(llm_calls=calls, prompt_tokens=prompt, completion_tokens=completion,
                      estimated_calls=estimated, reasoning_tokens=reasoning)
 
+    # tokens the model reads at most, prompt and reply together; None: not known, and nothing is
+    # fitted until an endpoint says (see "Fitting the context window")
+    context_window: int | None = None
+    token_scale: float = 1.15  # the model's tokens per token counted here, at most, as far as known
+
     def chat(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
              temperature:float|None=None) -> LLMResponse:
         "Send OpenAI-format `messages`; return the model's answer."
-        return self._count(self._complete(list(messages), tools, json_mode, temperature))
+        sent, note = self._fit(messages, tools)
+        try: r = self._complete(sent, tools, json_mode, temperature)
+        except ContextOverflow as e:
+            sent, note = self._refit(messages, sent, tools, e)
+            r = self._complete(sent, tools, json_mode, temperature)
+        return self._count(_fitted(r, sent, note) if note else r)
 
     async def achat(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
                     temperature:float|None=None) -> LLMResponse:
         "`chat`, awaitable."
-        return self._count(await self._acomplete(list(messages), tools, json_mode, temperature))
+        sent, note = self._fit(messages, tools)
+        try: r = await self._acomplete(sent, tools, json_mode, temperature)
+        except ContextOverflow as e:
+            sent, note = self._refit(messages, sent, tools, e)
+            r = await self._acomplete(sent, tools, json_mode, temperature)
+        return self._count(_fitted(r, sent, note) if note else r)
 
     def stream(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
                temperature:float|None=None) -> Iterator[str|LLMResponse]:
         "Yield text deltas as they come, then the complete `LLMResponse` as the last item."
-        for item in self._stream(list(messages), tools, json_mode, temperature):
-            yield self._count(item) if isinstance(item, LLMResponse) else item
+        sent, note = self._fit(messages, tools)
+        for last_try in (False, True):
+            began = False
+            try:
+                for item in self._stream(sent, tools, json_mode, temperature):
+                    began = True
+                    if not isinstance(item, LLMResponse): yield item
+                    else: yield self._count(_fitted(item, sent, note) if note else item)
+                return
+            except ContextOverflow as e:
+                if began or last_try: raise
+                sent, note = self._refit(messages, sent, tools, e)
 
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
 
@@ -160,6 +197,99 @@ def _stream(self:ChatModel, *args):
     r = self._complete(*args)
     yield from text_chunks(r.content)
     yield r
+
+# %% ../../nbs/10_llm.ipynb #9fd1922f
+REPLY_RESERVE = 1024  # tokens kept free for the reply of a model that sets no `max_tokens`
+_PER_MESSAGE = 4  # tokens a chat template adds around each message, about
+
+def _cost(m:dict) -> int: return count_tokens(message_text(m)) + _PER_MESSAGE
+
+def _bytes(m:dict) -> int: return len(message_text(m).encode('utf-8', 'replace')) + _PER_MESSAGE
+
+def _head_end(messages:list[dict]) -> int:
+    "Where the head ends: after the first user message (the question), else after the system messages."
+    for i, m in enumerate(messages):
+        if m.get('role') == 'user': return i + 1
+    return next((i for i, m in enumerate(messages) if m.get('role') != 'system'), len(messages))
+
+def _left_out_note(messages:list[dict], head:int, n:int) -> list[dict]:
+    "The head with a note that `n` messages after it were left out: on the question, or as a message of its own."
+    note = f"({n} earlier message{'s were' if n != 1 else ' was'} left out to fit the model's context window.)"
+    last = messages[head - 1] if head else {}
+    if last.get('role') == 'user' and isinstance(last.get('content'), str):
+        return [*messages[:head - 1], {**last, 'content': f"{last['content']}\n\n{note}"}]
+    return [*messages[:head], {'role': 'user', 'content': note}]
+
+def fit_messages(messages:list[dict], # OpenAI-format chat messages
+                 budget:float, # tokens they may take, as `count_tokens` counts them
+                 tools:list[dict]|None=None # tool schemas sent along, which take tokens too
+                ) -> tuple[list[dict], int]|None:
+    ("The messages within `budget`: all of them, or the head and the newest whole turns with a "
+     "note; and how many were left out. None if even the head and the newest turn are over.")
+    fixed = count_tokens(json.dumps(tools, default=str)) if tools else 0
+    # a token is at least a byte: most prompts fit without being counted
+    if sum(map(_bytes, messages)) + fixed <= budget: return messages, 0
+    costs = list(map(_cost, messages))
+    if sum(costs) + fixed <= budget: return messages, 0
+    head = _head_end(messages)
+    used = sum(costs[:head]) + fixed + count_tokens(_left_out_note([], 0, 10 ** 6)[0]['content'])
+    after = sum(costs[head:])
+    for i in range(head, len(messages)):
+        if messages[i].get('role') == 'assistant' and i > head and used + after <= budget:
+            return [*_left_out_note(messages, head, i - head), *messages[i:]], i - head
+        after -= costs[i]
+    return None
+
+# %% ../../nbs/10_llm.ipynb #386caccb
+_WINDOW = re.compile(r"maximum context length is (\d+)")
+_ASKED = re.compile(r"\((\d+) in the messages|messages resulted in (\d+) tokens")
+
+def overflow_figures(message:str) -> tuple[int|None, int|None]:
+    ("The context window and the prompt's tokens that an endpoint's refusal names (OpenAI's and "
+     "llama.cpp's wording); None for either it does not.")
+    text = str(message)[:2000]
+    window, asked = _WINDOW.search(text), _ASKED.search(text)
+    return (int(window[1]) if window else None,
+            int(next(g for g in asked.groups() if g)) if asked else None)
+
+def _fitted(r:LLMResponse, sent:list[dict], note:str) -> LLMResponse:
+    r.fitted = note
+    r.sent = sent
+    return r
+
+@patch
+def _fit(self:ChatModel, messages:list[dict], tools:list[dict]|None) -> tuple[list[dict], str]:
+    ("The messages to send, and what fitting them into the context window left out ('' when "
+     "nothing was, or the window is not known).")
+    messages = list(messages)
+    if self.context_window is None: return messages, ''
+    reserve = getattr(self, 'max_tokens', None) or REPLY_RESERVE
+    got = fit_messages(messages, (self.context_window - reserve) / self.token_scale, tools)
+    if got is None:
+        raise ContextOverflow(f"The prompt does not fit the context window of {self.name} "
+                              f"({self.context_window:,} tokens, {reserve:,} of them kept for the "
+                              "reply), even with only the question and the newest turn.",
+                              window=self.context_window)
+    sent, n = got
+    if not n: return sent, ''
+    return sent, (f"The prompt did not fit the model's context window ({self.context_window:,} "
+                  f"tokens, {reserve:,} kept for the reply): the {n} oldest message"
+                  f"{'s' * (n != 1)} after the question {'were' if n != 1 else 'was'} left out, "
+                  "with a note saying so.")
+
+@patch
+def _refit(self:ChatModel, messages:list[dict], sent:list[dict], tools:list[dict]|None,
+           e:ContextOverflow) -> tuple[list[dict], str]:
+    ("After an endpoint refused `sent` as too long: take the window and the count it gave, and fit "
+     "`messages` again; `e` again when that changes nothing.")
+    if e.window: self.context_window = min(e.window, self.context_window or e.window)
+    if self.context_window is None: raise e
+    if e.prompt_tokens:
+        counted = sum(map(_cost, sent)) + (count_tokens(json.dumps(tools, default=str)) if tools else 0)
+        self.token_scale = max(self.token_scale, 1.05 * e.prompt_tokens / max(counted, 1))
+    again, note = self._fit(messages, tools)
+    if again == sent: raise e
+    return again, note
 
 # %% ../../nbs/10_llm.ipynb #6a0e9b55
 @patch
@@ -737,8 +867,12 @@ def _status_error(self:OpenAIChat, e, where:str, count:bool) -> LLMError:
     "An `LLMError` for an HTTP error status."
     n, body = self._retried(e.response.request, count), _body(e)
     hint = f" The endpoint refused the API key: set {_KEY_VARS} to a key it accepts." if e.status_code == 401 else ''
-    return LLMError(f"{where} answered HTTP {e.status_code} (after {n} retries): {body}{hint}",
-                    e.status_code, body, n)
+    msg = f"{where} answered HTTP {e.status_code} (after {n} retries): {body}{hint}"
+    said = str(getattr(e, 'message', '') or '')
+    if e.status_code == 400 and (getattr(e, 'code', None) == 'context_length_exceeded'
+                                 or _WINDOW.search(said[:2000])):
+        return ContextOverflow(msg, e.status_code, body, n, *overflow_figures(said))
+    return LLMError(msg, e.status_code, body, n)
 
 # %% ../../nbs/10_llm.ipynb #9e5b1c73
 # what reading a body that isn't a chat completion raises

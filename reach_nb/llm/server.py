@@ -17,7 +17,7 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import iterate_in_threadpool
 from starlette.exceptions import HTTPException
 from ..core import ToolCall
-from .models import ChatModel, LLMResponse, encodable, count_tokens, get_model
+from .models import ChatModel, LLMResponse, encodable, count_message_tokens, count_tokens, get_model
 
 # %% auto #0
 __all__ = ['WIRES', 'SERVER_REASONING', 'IN_CONTENT', 'SIMULATED_HEADER', 'ChatMessage', 'ChatRequest', 'Wire', 'wire_format',
@@ -254,7 +254,7 @@ _ERROR_TYPES = {401: 'authentication_error', 408: 'invalid_request_error',
                 413: 'invalid_request_error', 429: 'rate_limit_error'}
 
 def error_response(status:int, message:str, retry_after:float|None=None,
-                   retry:bool|None=None) -> JSONResponse:
+                   retry:bool|None=None, code:str|None=None) -> JSONResponse:
     ("An OpenAI-style error response; `retry_after` adds Retry-After headers, `retry` the "
      "SDK's x-should-retry.")
     kind = _ERROR_TYPES.get(status, 'server_error' if status >= 500 else 'invalid_request_error')
@@ -263,7 +263,7 @@ def error_response(status:int, message:str, retry_after:float|None=None,
         headers = {'retry-after': str(math.ceil(retry_after)),
                    'retry-after-ms': str(int(retry_after * 1000))}
     if retry is not None: headers['x-should-retry'] = str(retry).lower()
-    body = {'error': {'message': message, 'type': kind, 'param': None, 'code': str(status)}}
+    body = {'error': {'message': message, 'type': kind, 'param': None, 'code': code or str(status)}}
     return _JSON(body, status_code=status, headers=headers)
 
 # %% ../../nbs/12_modelserver.ipynb #5d1a8c3e
@@ -299,6 +299,16 @@ def _chat_request(body:bytes) -> ChatRequest|Response:
         return error_response(400, f"Invalid request: {'; '.join(errs) or e}")
 
 # %% ../../nbs/12_modelserver.ipynb #6275d3de
+def _too_long(req:ChatRequest, window:int) -> Response|None:
+    "The refusal llama.cpp's server sends for a prompt of `window` tokens or more (its wording), or None."
+    n = count_message_tokens(req.messages, req.tools)
+    if n < window: return None
+    most = getattr(req, 'max_tokens', None)
+    return error_response(400, f"This model's maximum context length is {window} tokens. However, you "
+                               f"requested {n + (most or 0)} tokens ({n} in the messages, {most} in the "
+                               "completion). Please reduce the length of the messages or completion.",
+                          code='context_length_exceeded')
+
 def make_app(llm:ChatModel,               # the model behind the endpoint
              latency:float=0.0,           # seconds to wait before answering each request
              errors:list[int]|None=None,  # statuses for the first requests, in order, e.g. [429, 500]
@@ -309,6 +319,7 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
              keep_requests:int=100,       # request bodies kept in `app.state.requests` (the most recent)
              max_body:int=8 * 2**20,      # bytes; a larger request body gets 413
              body_timeout:float=10.0,     # seconds a request body may take to arrive; a slower one gets 408
+             context_window:int|None=None, # a prompt of this many tokens or more gets 400, as from llama.cpp
             ) -> FastAPI:
     ("An OpenAI-compatible FastAPI app serving `llm`, with optional injected latency, errors "
      "and malformed bodies.")
@@ -324,6 +335,7 @@ def make_app(llm:ChatModel,               # the model behind the endpoint
     s.retry_after = retry_after
     s.max_body = max_body
     s.body_timeout = body_timeout
+    s.context_window = context_window
     app.add_exception_handler(HTTPException,
                               lambda req, e: error_response(e.status_code, str(e.detail)))
     app.add_exception_handler(Exception, lambda req, e: error_response(500, f'The local model server failed: '
@@ -351,6 +363,7 @@ async def _chat_completions(request:Request) -> Response:
     if isinstance(fault, int):
         return error_response(fault, f'Injected HTTP {fault} from the reach_nb local model server.',
                               s.retry_after)
+    if s.context_window and (refused := _too_long(req, s.context_window)): return refused
     if req.stream:
         events = _malformed_events() if fault else _stream_events(s.llm, req, model, id, s.wire)
         return EventSourceResponse(events, ping=600, headers=label_headers(s.llm))
