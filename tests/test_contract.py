@@ -201,16 +201,20 @@ def tokens(messages): return sum(count_tokens(message_text(m)) + 4 for m in mess
 @pytest.mark.parametrize('arch', AGENTS)
 def test_a_prompt_past_the_context_window_is_fitted_or_refused(arch, ws):
     """With a window a fifth smaller than its longest prompt, no architecture sends a prompt past it: each is fitted
-    (a `size_cap` safeguard, the step's prompt as sent) or the call fails as an `llm_error` that names the window."""
+    (a `size_cap` safeguard, the step's prompt as sent) or, when its system prompt alone is over, the call fails as an
+    `llm_error` that names the window."""
     whole = Windowed()
     agent_of(arch, ws, whole).run(SPIKE_QUESTION)
     window = int(0.8 * max(map(tokens, whole.sent)) * Windowed.token_scale) + REPLY_RESERVE
     small = Windowed(window)
     run = agent_of(arch, ws, small).run(SPIKE_QUESTION)
-    assert all(tokens(m) <= (window - REPLY_RESERVE) / small.token_scale for m in small.sent)
+    budget = (window - REPLY_RESERVE) / small.token_scale
+    assert all(tokens(m) <= budget for m in small.sent)
     kinds = [(s, g) for s in run.steps for g in s.safeguards]
     fitted = [s for s, g in kinds if g.kind == 'size_cap' and "model's context window" in g.detail]
     refused = [g for s, g in kinds if g.kind == 'llm_error' and 'context window' in g.detail]
     assert fitted or refused, [g for _, g in kinds]
     assert all(s.prompt in small.sent for s in fitted)
+    system_over = any(m[0].get('role') == 'system' and tokens(m[:1]) > budget for m in whole.sent if m)
+    assert system_over or not refused  # a refusal only where nothing but cutting the system prompt would do
     assert not any(g.kind == 'internal_error' for _, g in kinds)

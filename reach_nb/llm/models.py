@@ -220,25 +220,54 @@ def _left_out_note(messages:list[dict], head:int, n:int) -> list[dict]:
         return [*messages[:head - 1], {**last, 'content': f"{last['content']}\n\n{note}"}]
     return [*messages[:head], {'role': 'user', 'content': note}]
 
+_CUT = "\n…[{n:,} characters left out to fit the model's context window]…\n"
+
+def _cut(text:str, tokens:float, cost:int) -> str:
+    "`text` without about `tokens` of its `cost` tokens, taken from its middle, with a note where they were."
+    keep = max(0, int(len(text) * (1 - (tokens + 20) / cost)))  # 20: the note's own tokens, about
+    return text[:keep // 2] + _CUT.format(n=len(text) - keep) + text[len(text) - (keep - keep // 2):]
+
+def _shortened(messages:list[dict], budget:float, fixed:int) -> tuple[list[dict], int]|None:
+    ("`messages` with their longest texts (never the system prompt) cut in the middle until they "
+     "fit, and how many were cut; None if they cannot be.")
+    whole = list(map(_cost, messages))
+    out, cut = list(messages), {}  # by message: tokens taken from the middle of its text
+    for _ in range(4 * len(out) + 4):
+        costs = list(map(_cost, out))
+        over = sum(costs) + fixed - budget
+        if over <= 0: return out, len(cut)
+        texts = [k for k, m in enumerate(messages) if m.get('role') != 'system'
+                 and isinstance(m.get('content'), str) and cut.get(k, 0) < whole[k] - 40]
+        if not texts: return None
+        i = max(texts, key=costs.__getitem__)
+        # each try cuts the original text again, a little more than the count says is over
+        cut[i] = min(cut.get(i, 0) + 1.1 * over + 10, whole[i] - 40)
+        out[i] = {**messages[i], 'content': _cut(messages[i]['content'], cut[i], whole[i])}
+    return None
+
 def fit_messages(messages:list[dict], # OpenAI-format chat messages
                  budget:float, # tokens they may take, as `count_tokens` counts them
                  tools:list[dict]|None=None # tool schemas sent along, which take tokens too
-                ) -> tuple[list[dict], int]|None:
-    ("The messages within `budget`: all of them, or the head and the newest whole turns with a "
-     "note; and how many were left out. None if even the head and the newest turn are over.")
+                ) -> tuple[list[dict], int, int]|None:
+    ("The messages within `budget`, how many were left out and how many cut short: the head and "
+     "the newest whole turns that fit, with a note; if not even the newest turn does, that turn "
+     "and the head with their longest texts cut in the middle. None if nothing fits.")
     fixed = count_tokens(json.dumps(tools, default=str)) if tools else 0
     # a token is at least a byte: most prompts fit without being counted
-    if sum(map(_bytes, messages)) + fixed <= budget: return messages, 0
+    if sum(map(_bytes, messages)) + fixed <= budget: return messages, 0, 0
     costs = list(map(_cost, messages))
-    if sum(costs) + fixed <= budget: return messages, 0
+    if sum(costs) + fixed <= budget: return messages, 0, 0
     head = _head_end(messages)
     used = sum(costs[:head]) + fixed + count_tokens(_left_out_note([], 0, 10 ** 6)[0]['content'])
-    after = sum(costs[head:])
+    after, last = sum(costs[head:]), None
     for i in range(head, len(messages)):
-        if messages[i].get('role') == 'assistant' and i > head and used + after <= budget:
-            return [*_left_out_note(messages, head, i - head), *messages[i:]], i - head
+        if messages[i].get('role') == 'assistant' and i > head:
+            if used + after <= budget: return [*_left_out_note(messages, head, i - head), *messages[i:]], i - head, 0
+            last = i
         after -= costs[i]
-    return None
+    least = messages if last is None else [*_left_out_note(messages, head, last - head), *messages[last:]]
+    got = _shortened(least, budget, fixed)
+    return None if got is None else (got[0], 0 if last is None else last - head, got[1])
 
 # %% ../../nbs/10_llm.ipynb #386caccb
 _WINDOW = re.compile(r"maximum context length is (\d+)")
@@ -268,14 +297,15 @@ def _fit(self:ChatModel, messages:list[dict], tools:list[dict]|None) -> tuple[li
     if got is None:
         raise ContextOverflow(f"The prompt does not fit the context window of {self.name} "
                               f"({self.context_window:,} tokens, {reserve:,} of them kept for the "
-                              "reply), even with only the question and the newest turn.",
+                              "reply), even with only the question and the newest turn, cut short.",
                               window=self.context_window)
-    sent, n = got
-    if not n: return sent, ''
+    sent, n, cut = got
+    if not (n or cut): return sent, ''
+    done = [f"the {n} oldest message{'s' * (n != 1)} after the question {'were' if n != 1 else 'was'} "
+            "left out, with a note saying so"] if n else []
+    if cut: done.append(f"{cut} long message{'s were' if cut != 1 else ' was'} cut short in the middle")
     return sent, (f"The prompt did not fit the model's context window ({self.context_window:,} "
-                  f"tokens, {reserve:,} kept for the reply): the {n} oldest message"
-                  f"{'s' * (n != 1)} after the question {'were' if n != 1 else 'was'} left out, "
-                  "with a note saying so.")
+                  f"tokens, {reserve:,} kept for the reply): {'; '.join(done)}.")
 
 @patch
 def _refit(self:ChatModel, messages:list[dict], sent:list[dict], tools:list[dict]|None,
