@@ -207,13 +207,13 @@ def _cost(m:dict) -> int: return count_tokens(message_text(m)) + _PER_MESSAGE
 def _bytes(m:dict) -> int: return len(message_text(m).encode('utf-8', 'replace')) + _PER_MESSAGE
 
 def _head_end(messages:list[dict]) -> int:
-    "Where the head ends: after the first user message (the question), else after the system messages."
+    "Where the head ends: after the first user message (the question), else after the system prompt."
     for i, m in enumerate(messages):
         if m.get('role') == 'user': return i + 1
     return next((i for i, m in enumerate(messages) if m.get('role') != 'system'), len(messages))
 
 def _left_out_note(messages:list[dict], head:int, n:int) -> list[dict]:
-    "The head with a note that `n` messages after it were left out: on the question, or as a message of its own."
+    "The head, with a note that `n` messages after it were left out (on the question, or on its own)."
     note = f"({n} earlier message{'s were' if n != 1 else ' was'} left out to fit the model's context window.)"
     last = messages[head - 1] if head else {}
     if last.get('role') == 'user' and isinstance(last.get('content'), str):
@@ -225,7 +225,8 @@ _CUT = "\n…[{n:,} characters left out to fit the model's context window]…\n"
 def _cut(text:str, tokens:float, cost:int) -> str:
     "`text` without about `tokens` of its `cost` tokens, taken from its middle, with a note where they were."
     keep = max(0, int(len(text) * (1 - (tokens + 20) / cost)))  # 20: the note's own tokens, about
-    return text[:keep // 2] + _CUT.format(n=len(text) - keep) + text[len(text) - (keep - keep // 2):]
+    start, end = keep // 2, len(text) - (keep - keep // 2)
+    return text[:start] + _CUT.format(n=len(text) - keep) + text[end:]
 
 def _shortened(messages:list[dict], budget:float, fixed:int) -> tuple[list[dict], int]|None:
     ("`messages` with their longest texts (never the system prompt) cut in the middle until they "
@@ -262,12 +263,14 @@ def fit_messages(messages:list[dict], # OpenAI-format chat messages
     after, last = sum(costs[head:]), None
     for i in range(head, len(messages)):
         if messages[i].get('role') == 'assistant' and i > head:
-            if used + after <= budget: return [*_left_out_note(messages, head, i - head), *messages[i:]], i - head, 0
+            if used + after <= budget:
+                return [*_left_out_note(messages, head, i - head), *messages[i:]], i - head, 0
             last = i
         after -= costs[i]
-    least = messages if last is None else [*_left_out_note(messages, head, last - head), *messages[last:]]
+    gone = 0 if last is None else last - head
+    least = [*_left_out_note(messages, head, gone), *messages[last:]] if gone else messages
     got = _shortened(least, budget, fixed)
-    return None if got is None else (got[0], 0 if last is None else last - head, got[1])
+    return None if got is None else (got[0], gone, got[1])
 
 # %% ../../nbs/10_llm.ipynb #386caccb
 _WINDOW = re.compile(r"maximum context length is (\d+)")
@@ -315,7 +318,8 @@ def _refit(self:ChatModel, messages:list[dict], sent:list[dict], tools:list[dict
     if e.window: self.context_window = min(e.window, self.context_window or e.window)
     if self.context_window is None: raise e
     if e.prompt_tokens:
-        counted = sum(map(_cost, sent)) + (count_tokens(json.dumps(tools, default=str)) if tools else 0)
+        counted = sum(map(_cost, sent))
+        if tools: counted += count_tokens(json.dumps(tools, default=str))
         self.token_scale = max(self.token_scale, 1.05 * e.prompt_tokens / max(counted, 1))
     again, note = self._fit(messages, tools)
     if again == sent: raise e
