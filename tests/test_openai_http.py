@@ -12,7 +12,7 @@ from reach_nb.config import Settings
 from reach_nb.core import ToolCall
 from reach_nb.llm.models import (EchoLLM, FunctionLLM, LLMError, LLMResponse, MalformedResponse, ModelNotConfigured, OpenAIChat,
                           ScriptedLLM, count_message_tokens, count_tokens, get_model)
-from reach_nb.llm.models import ChatModel
+from reach_nb.llm.models import ChatModel, ContextOverflow
 from reach_nb.llm.server import ModelServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,11 +108,11 @@ def test_backing_model_failure_is_not_retried():
     assert 'ScriptExhausted' in str(e.value)
 
 
-def _answer(llm, how) -> LLMResponse:
+def _answer(llm, how, messages=ASK) -> LLMResponse:
     "One call made the way `how` names: chat, stream (the deltas must join to the content) or achat."
-    if how == 'achat': return asyncio.run(llm.achat(ASK))
-    if how == 'chat': return llm.chat(ASK)
-    *deltas, r = llm.stream(ASK)
+    if how == 'achat': return asyncio.run(llm.achat(messages))
+    if how == 'chat': return llm.chat(messages)
+    *deltas, r = llm.stream(messages)
     assert ''.join(deltas) == r.content
     return r
 
@@ -416,3 +416,54 @@ def test_every_error_is_in_openais_format():
                                                         'too deep': 400, 'server bug': 500}
     assert {k: _error(r)['type'] for k, r in rs.items()}['server bug'] == 'server_error'
     assert all(_error(r)['message'] for r in rs.values())
+
+
+class _Refuser(http.server.BaseHTTPRequestHandler):
+    "Refuses every request as too long for its context window, in llama.cpp's words, with the figures in `server.said`."
+    def do_POST(self):
+        self.rfile.read(int(self.headers['content-length']))
+        self.server.seen += 1
+        window, asked = self.server.said
+        body = json.dumps({'error': {'message': f"This model's maximum context length is {window} tokens. However, you "
+                                                f"requested {asked} tokens ({asked} in the messages, None in the completion).",
+                                     'type': 'invalid_request_error', 'param': 'messages', 'code': 'context_length_exceeded'}})
+        self.send_response(400)
+        self.send_header('content-type', 'application/json')
+        self.end_headers()
+        self.wfile.write(body.encode())
+    def log_message(self, *args): pass
+
+
+@pytest.fixture
+def refuser():
+    "An endpoint that refuses every prompt as past its window, however short: a broken or hostile server."
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Refuser)
+    srv.seen = 0
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+LONG = [{'role': 'system', 'content': 'Answer briefly.'}, {'role': 'user', 'content': 'Which channel grew?'},
+        *[{'role': r, 'content': f'turn {i}: ' + 'c06 grew ' * 150} for i in range(12) for r in ('assistant', 'user')]]
+
+
+@pytest.mark.parametrize('how', ['chat', 'stream', 'achat'])
+def test_an_endpoint_that_refuses_every_prompt_as_too_long_is_tried_twice_at_most(refuser, how):
+    "The prompt is fitted to the window it names and sent once more; a second refusal is the error, not a loop."
+    refuser.said = (3000, 5000)
+    llm = OpenAIChat('m', base_url=f'http://127.0.0.1:{refuser.server_port}/v1', timeout=5, max_retries=0)
+    with pytest.raises(ContextOverflow) as e:
+        _answer(llm, how, LONG)
+    assert (refuser.seen, e.value.window, e.value.prompt_tokens, llm.context_window) == (2, 3000, 5000, 3000)
+    assert 'answered HTTP 400' in str(e.value) and 'context_length_exceeded' in str(e.value)
+
+
+def test_an_endpoints_token_count_is_believed_only_so_far(refuser):
+    "A count a million times the prompt's own raises the client's token scale to 4 at most, and nothing is resent."
+    refuser.said = (100_000, 10 ** 9)
+    llm = OpenAIChat('m', base_url=f'http://127.0.0.1:{refuser.server_port}/v1', timeout=5, max_retries=0)
+    with pytest.raises(ContextOverflow):
+        llm.chat(ASK)
+    assert (refuser.seen, llm.token_scale, llm.context_window) == (1, 4.0, 100_000)

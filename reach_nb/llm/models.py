@@ -320,7 +320,8 @@ def _refit(self:ChatModel, messages:list[dict], sent:list[dict], tools:list[dict
     if e.prompt_tokens:
         counted = sum(map(_cost, sent))
         if tools: counted += count_tokens(json.dumps(tools, default=str))
-        self.token_scale = max(self.token_scale, 1.05 * e.prompt_tokens / max(counted, 1))
+        # (at most 4: an endpoint's count far from any tokenizer's is not taken whole)
+        self.token_scale = min(4.0, max(self.token_scale, 1.05 * e.prompt_tokens / max(counted, 1)))
     again, note = self._fit(messages, tools)
     if again == sent: raise e
     return again, note
