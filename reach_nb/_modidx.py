@@ -1781,6 +1781,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'reach_nb.parse._excerpt': ('parse.html#_excerpt', 'reach_nb/parse.py'),
                                 'reach_nb.parse._explain': ('parse.html#_explain', 'reach_nb/parse.py'),
                                 'reach_nb.parse._extract_calls': ('parse.html#_extract_calls', 'reach_nb/parse.py'),
+                                'reach_nb.parse._fenced': ('parse.html#_fenced', 'reach_nb/parse.py'),
                                 'reach_nb.parse._field': ('parse.html#_field', 'reach_nb/parse.py'),
                                 'reach_nb.parse._field_json': ('parse.html#_field_json', 'reach_nb/parse.py'),
                                 'reach_nb.parse._first_brace': ('parse.html#_first_brace', 'reach_nb/parse.py'),

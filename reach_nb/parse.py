@@ -871,12 +871,34 @@ def _llama(s:str) -> list|None:
         else: return None
     return vals
 
-def _bare(s:str) -> list|None:
-    "The call objects that are the whole reply (in a code fence or not)."
-    s = _FENCE_ONLY.sub(r'\1', s.strip())
-    return _json_seq(s) if s[:1] in '{[' else None
+def _fenced(s:str) -> list[str]|None:
+    ("The bodies of the code fences that are the whole of `s` (blank lines between them), or None "
+     "if anything else is there; one pass over its lines.")
+    blocks, body = [], None
+    for line in s.split('\n'):
+        bare = line.strip()
+        if body is None:
+            if not bare: continue
+            if not _FENCE_OPEN.fullmatch(bare): return None
+            body = []
+        elif bare == '```':
+            blocks.append('\n'.join(body))
+            body = None
+        else: body.append(line)
+    return blocks if blocks and body is None else None
 
-_FENCE_ONLY = re.compile(r'^```[\w+-]*[ \t]*\n(.*)\n```$', re.S)
+def _bare(s:str) -> list|None:
+    ("The call objects that are the whole reply: as JSON, in a code fence, or in several fences "
+     "one after another (a call in each, as small models write parallel calls).")
+    s = s.strip()
+    vals = []
+    for part in (_fenced(s) if s.startswith('```') else None) or [s]:
+        part = part.strip()
+        if part[:1] not in '{[' or (got := _json_seq(part)) is None: return None
+        vals += got
+    return vals
+
+_FENCE_OPEN = re.compile(r'```[\w+-]*')
 # (name, found in text?, reader)
 _FORMS = [('hermes_tool_call', _HERMES_OPEN.search, _hermes),
           ('mistral_tool_calls', re.compile(r'\[TOOL_CALLS\]').search, _mistral),

@@ -98,6 +98,14 @@ def test_many_calls_in_one_reply_are_all_read():
     assert status == 'ok' and repairs == ['hermes_tool_call', 'multiple_calls']
     assert len(calls) == MAX_REPLY_CHARS // len(unit) and calls[-1].args == {'n': 1}
 
+def test_many_fenced_calls_in_one_reply_are_all_read():
+    "A call in each of many code fences, to the size limit: one pass, every call read."
+    unit = '```json\n{"name": "f", "arguments": {"n": 1}}\n```\n\n'
+    status, (calls, repairs) = finishes(extract_tool_calls, fill(unit))
+    assert status == 'ok' and repairs == ['bare_json_call', 'multiple_calls']
+    assert len(calls) == MAX_REPLY_CHARS // len(unit) and calls[-1].args == {'n': 1}
+    assert finishes(extract_tool_calls, fill('```json\n{"name": "f",\n')) == ('ok', None)  # fences never closed
+
 ALPHABET = (list('{}[]":,\'\\ \n“”＂‘’＇：，｛｝ax1-.eE#/*<>`()=') +
             ['<a>', '</a>', '<think>', '</think>', '```', '<tool_call>', '</tool_call>', '[TOOL_CALLS]', '<|python_tag|>',
              '<end>', 'true', 'None', '"a":', '"a": "', '\\"', '{"', '"}', '<thought>', '</thought>', '<action>', '{{', '}}'])
