@@ -185,7 +185,9 @@ class Server:
             try:
                 if not _READS.match(sql): self.client.command(sql, parameters=params or None); return [], []
                 r = self.client.query(sql, parameters=params or None)
-                # no rows may come without their columns' names; Arrow's answer carries them
+                # no rows may come without their columns' names; Arrow's answer carries them (not Arrow for
+                # every read: a query refused part-way then comes back as a body Arrow cannot read, not as the
+                # server's error)
                 if not r.result_rows: return _rows(self.client.query_arrow(sql, parameters=params or None))
             except Error as e: raise RuntimeError(_redact(str(e))) from None
         naive = lambda v: v.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(v, datetime) and v.tzinfo else v
