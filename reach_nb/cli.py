@@ -749,16 +749,20 @@ def serve_model(model:str = typer.Option('echo', help=_SERVE_MODEL_HELP),
                 errors:str = typer.Option('', help="HTTP errors for the first requests, e.g. "
                                                    "'429,500'."),
                 malformed:int = typer.Option(0, help='Then this many responses with a broken body.'),
-                wire:Optional[str] = typer.Option(None, help=_WIRE_HELP)):
+                wire:Optional[str] = typer.Option(None, help=_WIRE_HELP),
+                context_window:Optional[int] = typer.Option(
+                    None, help="Refuse a prompt of this many tokens or more, as llama.cpp's server does "
+                               "(HTTP 400, context_length_exceeded).")):
     "Serve an offline model as a local OpenAI-compatible endpoint (/v1/chat/completions)."
     from reach_nb.llm.server import serve_model_cli
     _model(model, load_settings(), registered=True)
     _errors_option(errors)
     _at_least(latency, 0, '--latency')
     _at_least(malformed, 0, '--malformed')
+    if context_window is not None: _at_least(context_window, 1, '--context-window')
     wire_kw = _wire_option(wire)
     serve_model_cli(model=model, latency=latency, errors=errors, malformed=malformed,
-                    sock=_listening(host, port), **wire_kw)
+                    sock=_listening(host, port), context_window=context_window, **wire_kw)
 
 # %% ../nbs/99_cli.ipynb #5e7e0002
 def _tokens(given:list[str]|None, s) -> list[str]:

@@ -62,6 +62,26 @@ def test_sim_analyst_served_by_name_answers_reach_ask(tmp_path):
     assert spike['channel_id'] in run.answer and spike['game_id'] in run.answer
     assert run.meta['simulated'] is True and 'served over HTTP' in run.meta['simulated_note']
 
+def test_a_served_context_window_is_learned_and_layered_context_keeps_the_answer(tmp_path):
+    """`reach serve-model --context-window 5000` refuses a longer prompt as llama.cpp's server does. `reach ask`, not told
+    the window, learns it from the first refusal and fits its prompts, the oldest turns left out, so the run goes on (and
+    loses what they held); under `--context layered` no prompt reaches the window and the spike is found."""
+    from reach_nb.risk.data import ensure_dataset, ground_truth
+    spike = next(i for i in ground_truth(ensure_dataset()) if i['pattern'] == 'channel_spike')
+    runs = {}
+    with served('sim-analyst', '--context-window', '5000') as base:
+        for ctx in ('full', 'layered'):
+            r = run_reach('ask', 'Why did recharge volume jump last week?', '--base-url', base, '--model', 'openai:sim-analyst',
+                          '--max-steps', '20', '--context', ctx, '--trace', str(tmp_path/f'{ctx}.jsonl'), cwd=tmp_path)
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+            runs[ctx] = Run.load(tmp_path/f'{ctx}.jsonl')
+    kinds = {ctx: [g for s in run.steps for g in s.safeguards] for ctx, run in runs.items()}
+    fitted = [s for s in runs['full'].steps
+              if any(g.kind == 'size_cap' and "context window (5,000 tokens" in g.detail for g in s.safeguards)]
+    assert fitted and all(s.prompt for s in fitted) and not any(g.kind == 'llm_error' for g in kinds['full'])
+    assert not any(g.kind in ('size_cap', 'llm_error') for g in kinds['layered'])
+    assert spike['channel_id'] in runs['layered'].answer and spike['channel_id'] not in runs['full'].answer
+
 def test_data_build_writes_a_dataset_with_its_meta(tmp_path):
     from reach_nb.risk.data import read_meta
     r = run_reach('data', 'build', '--rows', '20000', '--seed', '3', '--path', str(tmp_path/'small.duckdb'), cwd=tmp_path)

@@ -496,8 +496,9 @@ def serve_model_cli(model:str='echo',       # a model spec for `get_model`: echo
                     malformed:int=0,        # then this many broken bodies
                     retry_after:float=1.0,  # seconds in Retry-After of injected errors
                     wire:str='openai',      # how answers are written: a name in `WIRES`, or several joined by '+'
-                    sock:socket.socket|None=None): # a socket from `listening`, instead of host and port
+                    sock:socket.socket|None=None, # a socket from `listening`, instead of host and port
+                    context_window:int|None=None): # a prompt of this many tokens or more is refused, as by llama.cpp
     "Serve a model by name, with optional faults and wire format (the `reach serve-model` command)."
     kw = dict(latency=latency, errors=parse_errors(errors), malformed=malformed,
-              retry_after=retry_after, wire=wire_format(wire))
+              retry_after=retry_after, wire=wire_format(wire), context_window=context_window)
     serve(get_model(model), host=host, port=port, sock=sock, **kw)
