@@ -285,9 +285,8 @@ def overflow_figures(message:str) -> tuple[int|None, int|None]:
             int(next(g for g in asked.groups() if g)) if asked else None)
 
 def _fitted(r:LLMResponse, sent:list[dict], note:str) -> LLMResponse:
-    r.fitted = note
-    r.sent = sent
-    return r
+    "A copy of `r` that says what fitting left out: a backend may hand out the same response again."
+    return r.model_copy(update={'fitted': note, 'sent': sent})
 
 @patch
 def _fit(self:ChatModel, messages:list[dict], tools:list[dict]|None) -> tuple[list[dict], str]:
