@@ -43,9 +43,13 @@ def count_message_tokens(messages:list[dict], # OpenAI-format chat messages
                         ) -> int:
     ("Approximate prompt tokens of a chat request: 3 per message for framing, plus "
      "role, name and content.")
-    n = sum(3 + count_tokens(m.get('role', '') + m.get('name', '') + message_text(m))
-            for m in messages) + 3
-    return n + (count_tokens(json.dumps(tools)) if tools else 0)
+    return sum(map(_message_tokens, messages)) + 3 + _tools_tokens(tools)
+
+def _message_tokens(m:dict) -> int:
+    return 3 + count_tokens(m.get('role', '') + m.get('name', '') + message_text(m))
+
+def _tools_tokens(tools:list[dict]|None) -> int:
+    return count_tokens(json.dumps(tools, default=str)) if tools else 0
 
 # %% ../../nbs/10_llm.ipynb #5148b305
 class LLMResponse(BaseModel):
@@ -143,7 +147,7 @@ class ChatModel:
         except ContextOverflow as e:
             sent, note = self._refit(messages, sent, tools, e)
             r = self._complete(sent, tools, json_mode, temperature)
-        return self._count(_fitted(r, sent, note) if note else r)
+        return self._finish(r, sent, note, tools)
 
     async def achat(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
                     temperature:float|None=None) -> LLMResponse:
@@ -153,7 +157,7 @@ class ChatModel:
         except ContextOverflow as e:
             sent, note = self._refit(messages, sent, tools, e)
             r = await self._acomplete(sent, tools, json_mode, temperature)
-        return self._count(_fitted(r, sent, note) if note else r)
+        return self._finish(r, sent, note, tools)
 
     def stream(self, messages:list[dict], *, tools:list[dict]|None=None, json_mode:bool=False,
                temperature:float|None=None) -> Iterator[str|LLMResponse]:
@@ -165,7 +169,7 @@ class ChatModel:
                 for item in self._stream(sent, tools, json_mode, temperature):
                     began = True
                     if not isinstance(item, LLMResponse): yield item
-                    else: yield self._count(_fitted(item, sent, note) if note else item)
+                    else: yield self._finish(item, sent, note, tools)
                 return
             except ContextOverflow as e:
                 if began or last_try: raise
@@ -200,11 +204,11 @@ def _stream(self:ChatModel, *args):
 
 # %% ../../nbs/10_llm.ipynb #9fd1922f
 REPLY_RESERVE = 1024  # tokens kept free for the reply of a model that sets no `max_tokens`
-_PER_MESSAGE = 4  # tokens a chat template adds around each message, about
 
-def _cost(m:dict) -> int: return count_tokens(message_text(m)) + _PER_MESSAGE
-
-def _bytes(m:dict) -> int: return len(message_text(m).encode('utf-8', 'replace')) + _PER_MESSAGE
+# a message's tokens as `count_message_tokens` counts them, and a bound no lower: a token is a byte at least
+_cost = _message_tokens
+def _bytes(m:dict) -> int:
+    return 3 + len((m.get('role', '') + m.get('name', '') + message_text(m)).encode('utf-8', 'replace'))
 
 def _head_end(messages:list[dict]) -> int:
     "Where the head ends: after the first user message (the question), else after the system prompt."
@@ -253,7 +257,7 @@ def fit_messages(messages:list[dict], # OpenAI-format chat messages
     ("The messages within `budget`, how many were left out and how many cut short: the head and "
      "the newest whole turns that fit, with a note; if not even the newest turn does, that turn "
      "and the head with their longest texts cut in the middle. None if nothing fits.")
-    fixed = count_tokens(json.dumps(tools, default=str)) if tools else 0
+    fixed = 3 + _tools_tokens(tools)  # so that what fits is `count_message_tokens(sent, tools) <= budget`
     # a token is at least a byte: most prompts fit without being counted
     if sum(map(_bytes, messages)) + fixed <= budget: return messages, 0, 0
     costs = list(map(_cost, messages))
@@ -316,14 +320,25 @@ def _refit(self:ChatModel, messages:list[dict], sent:list[dict], tools:list[dict
      "`messages` again; `e` again when that changes nothing.")
     if e.window: self.context_window = min(e.window, self.context_window or e.window)
     if self.context_window is None: raise e
-    if e.prompt_tokens:
-        counted = sum(map(_cost, sent))
-        if tools: counted += count_tokens(json.dumps(tools, default=str))
-        # (at most 4: an endpoint's count far from any tokenizer's is not taken whole)
-        self.token_scale = min(4.0, max(self.token_scale, 1.05 * e.prompt_tokens / max(counted, 1)))
+    if e.prompt_tokens: self._learn(e.prompt_tokens, sent, tools)
     again, note = self._fit(messages, tools)
     if again == sent: raise e
     return again, note
+
+@patch
+def _learn(self:ChatModel, tokens:int, sent:list[dict], tools:list[dict]|None):
+    ("Raise `token_scale` to what the endpoint's count of `sent` (`tokens`) says, with 5% to spare; "
+     "at most 4: a count far from any tokenizer's is not taken whole.")
+    counted = count_message_tokens(sent, tools)
+    self.token_scale = min(4.0, max(self.token_scale, 1.05 * tokens / max(counted, 1)))
+
+@patch
+def _finish(self:ChatModel, r:LLMResponse, sent:list[dict], note:str, tools:list[dict]|None) -> LLMResponse:
+    ("A call done: a long prompt's real count teaches the token scale (before a longer prompt is "
+     "refused, or its reply cut short by what is left of the window), and the call is counted.")
+    if self.context_window and 2 * r.prompt_tokens > self.context_window and not r.usage_estimated:
+        self._learn(r.prompt_tokens, sent, tools)
+    return self._count(_fitted(r, sent, note) if note else r)
 
 # %% ../../nbs/10_llm.ipynb #6a0e9b55
 @patch
