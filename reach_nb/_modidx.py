@@ -723,6 +723,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'reach_nb.cli._resumed': ('cli.html#_resumed', 'reach_nb/cli.py'),
                               'reach_nb.cli._runs_table': ('cli.html#_runs_table', 'reach_nb/cli.py'),
                               'reach_nb.cli._session_id': ('cli.html#_session_id', 'reach_nb/cli.py'),
+                              'reach_nb.cli._set_env': ('cli.html#_set_env', 'reach_nb/cli.py'),
                               'reach_nb.cli._settings': ('cli.html#_settings', 'reach_nb/cli.py'),
                               'reach_nb.cli._sibling': ('cli.html#_sibling', 'reach_nb/cli.py'),
                               'reach_nb.cli._step_text': ('cli.html#_step_text', 'reach_nb/cli.py'),

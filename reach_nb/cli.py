@@ -218,10 +218,18 @@ _OPTION_OF = {'base_url': '--base-url', 'max_steps': '--max-steps', 'request_tim
 _ENGINE_HELP = ("Where the tools run their queries: duckdb, or clickhouse (the dataset's copy in the embedded "
                 "ClickHouse, made on first use). Default: the engine setting.")
 
-def _use_engine(engine:str|None):
-    ("Check `--engine` and make it this command's engine setting (`REACH_ENGINE`), for every workspace it "
-     "opens.")
-    if engine is not None: os.environ['REACH_ENGINE'] = _settings(engine=engine).engine
+def _use_engine(ctx:typer.Context, engine:str|None):
+    ("Check `--engine` and make it the engine setting (`REACH_ENGINE`) of every workspace this command opens, "
+     "until the command ends: a command run in-process (a test, a notebook) leaves the setting as it was.")
+    if engine is None: return
+    value, before = _settings(engine=engine).engine, os.environ.get('REACH_ENGINE')
+    os.environ['REACH_ENGINE'] = value
+    ctx.call_on_close(lambda: _set_env('REACH_ENGINE', before))
+
+def _set_env(name:str, value:str|None):
+    "Set environment variable `name` to `value`, or remove it for None."
+    if value is None: os.environ.pop(name, None)
+    else: os.environ[name] = value
 
 def _settings(**overrides) -> Settings:
     "Settings with the command's options on top, each checked like the setting it overrides."
@@ -456,7 +464,8 @@ def _with_mcp(agent, config:Path|None):
 
 # %% ../nbs/99_cli.ipynb #25af9415
 @app.command()
-def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' reads it from "
+def ask(ctx:typer.Context,
+        question:Optional[str] = typer.Argument(None, help="The question; '-' reads it from "
                                                            "standard input."),
         file:Optional[Path] = typer.Option(None, '--file',
                                            help='Read the question from this file.'),
@@ -484,7 +493,7 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
      "and any MCP servers' tools).")
     from reach_nb.risk.agents import risk_agent, session_workspace
     q = _question(question, file)
-    _use_engine(engine)
+    _use_engine(ctx, engine)
     kw = _agent_options(native, context, dialect)
     sid = _session_id(session)
     _for_agent(agent, pipeline, {'--native': native, '--dialect': dialect, '--session': session,
@@ -503,7 +512,8 @@ def ask(question:Optional[str] = typer.Argument(None, help="The question; '-' re
 
 # %% ../nbs/99_cli.ipynb #ea3b32c8
 @app.command()
-def demo(question:Optional[str] = typer.Argument(None, help='Ask something else than the demo '
+def demo(ctx:typer.Context,
+         question:Optional[str] = typer.Argument(None, help='Ask something else than the demo '
                                                             'question.'),
          model:Optional[str] = typer.Option(None, help=_MODEL_HELP),
          base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint, '
@@ -519,7 +529,7 @@ def demo(question:Optional[str] = typer.Argument(None, help='Ask something else 
     from reach_nb.risk.agents import risk_agent
     from reach_nb.risk.analysis import SPIKE_QUESTION
     q = SPIKE_QUESTION if question is None else _question(question, None)
-    _use_engine(engine)
+    _use_engine(ctx, engine)
     _for_agent(agent, None, {})
     s = _settings(base_url=base_url, request_timeout=timeout)
     where = 'option --trace' if trace else 'the trace_dir setting'
@@ -1089,7 +1099,8 @@ def _eval_numbers(seeds:int, concurrency:int, ablation_seeds:int, faults:float):
 
 # %% ../nbs/99_cli.ipynb #e7a10c08
 @app.command('eval')
-def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EVAL_HELP['tasks']),
+def eval_cmd(ctx:typer.Context,
+             tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EVAL_HELP['tasks']),
              agent:str = typer.Option('react', help=_EVAL_HELP['agent']),
              model:str = typer.Option('sim-analyst', help=_EVAL_HELP['model']),
              base_url:Optional[str] = typer.Option(None, help='OpenAI-compatible endpoint of the '
@@ -1121,7 +1132,7 @@ def eval_cmd(tasks:Optional[list[Path]] = typer.Option(None, '--tasks', help=_EV
     from reach_nb.agents.react import SAFEGUARDS
     from reach_nb.agents.registry import AGENTS
     _eval_numbers(seeds, concurrency, ablation_seeds, faults)
-    _use_engine(engine)
+    _use_engine(ctx, engine)
     if context is not None: _agent_options(False, context, None)
     s = _settings(base_url=base_url)
     out = _out_folder(out)
