@@ -4,7 +4,7 @@
 
 # %% ../../nbs/40_risk_data.ipynb #82ac8488
 from __future__ import annotations
-import contextlib, datetime as dt, json, math, os, sys, threading
+import contextlib, datetime as dt, json, math, os, shutil, sys, threading
 from dataclasses import dataclass
 from pathlib import Path
 import duckdb
@@ -18,8 +18,8 @@ except ImportError: fcntl = None  # Windows: builds of one path are not serialis
 # %% auto #0
 __all__ = ['START', 'END', 'DAYS', 'LAST_WEEK', 'DEFAULT_ROWS', 'DEFAULT_SEED', 'SCHEMA_VERSION', 'PATTERNS', 'TABLES', 'GAMES',
            'TIERS', 'CHANNELS', 'REGIONS', 'FX_CNY', 'HOUR_WEIGHTS', 'WEEKDAY_WEIGHTS', 'DEV2', 'FRAUD', 'SPIKE_LIFT',
-           'day_weights', 'default_db_path', 'kb_dir', 'load_kb', 'read_meta', 'DatasetPath', 'build_dataset',
-           'ground_truth', 'table_checksums', 'ensure_dataset']
+           'BUILD_MEMORY', 'day_weights', 'default_db_path', 'kb_dir', 'load_kb', 'read_meta', 'DatasetPath',
+           'build_dataset', 'ground_truth', 'table_checksums', 'ensure_dataset']
 
 # %% ../../nbs/40_risk_data.ipynb #b7d58cfd
 START = dt.datetime(2026, 4, 2)
@@ -532,14 +532,25 @@ def _watching(con, # an open DuckDB connection, about to run a stage's statement
         t.join()
 
 # %% ../../nbs/40_risk_data.ipynb #acac4db9
+BUILD_MEMORY = '1GB'  # DuckDB's memory for a build; past it, sorts and indexes spill to `<file>.building.tmp`
+
+def _open_building(tmp:Path):
+    "A connection to the file being built, its memory bounded by `BUILD_MEMORY`."
+    return duckdb.connect(str(tmp), config={'memory_limit': BUILD_MEMORY})
+
+def _clear(tmp:Path):
+    "Remove what a build into `tmp` leaves: the file, its log and its spill folder."
+    for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)
+    if Path(f'{tmp}.tmp').is_dir(): shutil.rmtree(f'{tmp}.tmp')
+
 def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
     "Generate into `<path>.building`, then rename over `path`; call holding the build lock."
     tmp = Path(f'{path}.building')
-    for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)  # a killed earlier build
+    _clear(tmp)  # a killed earlier build
     bar = tqdm(total=len(_STAGES), desc=f"Building {path.name} ({rows:,} rows, seed {seed})",
                unit='stage', file=sys.stderr, disable=not progress)
     try:
-        with duckdb.connect(str(tmp)) as con, _watching(con, bar):
+        with _open_building(tmp) as con, _watching(con, bar):
             _generate(con, _Plan(rows, seed),
                       lambda stage: (bar.set_postfix_str(stage), bar.update()))
         # a stale log must not be replayed onto the new file
@@ -547,7 +558,7 @@ def _build(path:Path, rows:int, seed:int, progress:bool=False) -> Path:
         os.replace(tmp, path)
     finally:
         bar.close()
-        for f in (tmp, Path(f'{tmp}.wal')): f.unlink(missing_ok=True)
+        _clear(tmp)
     return path
 
 # %% ../../nbs/40_risk_data.ipynb #80edba9b
