@@ -2118,6 +2118,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'reach_nb.risk.data._base_macros': ('risk_data.html#_base_macros', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._build': ('risk_data.html#_build', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._build_lock': ('risk_data.html#_build_lock', 'reach_nb/risk/data.py'),
+                                    'reach_nb.risk.data._build_memory': ('risk_data.html#_build_memory', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._check_folder': ('risk_data.html#_check_folder', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._check_rows': ('risk_data.html#_check_rows', 'reach_nb/risk/data.py'),
                                     'reach_nb.risk.data._clear': ('risk_data.html#_clear', 'reach_nb/risk/data.py'),

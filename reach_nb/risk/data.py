@@ -532,11 +532,17 @@ def _watching(con, # an open DuckDB connection, about to run a stage's statement
         t.join()
 
 # %% ../../nbs/40_risk_data.ipynb #acac4db9
-BUILD_MEMORY = '1GB'  # DuckDB's memory for a build; past it, sorts and indexes spill to `<file>.building.tmp`
+BUILD_MEMORY = 0.5  # of the machine's memory, for DuckDB in a build; past it, it spills to `<file>.building.tmp`
+
+def _build_memory() -> str|None:
+    "DuckDB's memory limit for a build, `BUILD_MEMORY` of the machine's; None where that is not known."
+    if not hasattr(os, 'sysconf'): return None
+    return f"{int(BUILD_MEMORY * os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')) >> 20}MiB"
 
 def _open_building(tmp:Path):
-    "A connection to the file being built, its memory bounded by `BUILD_MEMORY`."
-    return duckdb.connect(str(tmp), config={'memory_limit': BUILD_MEMORY})
+    "A connection to the file being built, its memory bounded by `_build_memory()`."
+    limit = _build_memory()
+    return duckdb.connect(str(tmp), config={'memory_limit': limit} if limit else {})
 
 def _clear(tmp:Path):
     "Remove what a build into `tmp` leaves: the file, its log and its spill folder."
