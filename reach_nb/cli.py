@@ -925,7 +925,7 @@ def bench_data_cmd(rows:Optional[List[int]] = typer.Option(None, help='Transacti
                                                    'first use); repeat it for the growth with size. Default 10M.'),
                    repeat:int = typer.Option(3, help='Runs per side, each in a fresh process.'),
                    memory_limit:Optional[str] = typer.Option(None, help="DuckDB memory_limit, e.g. "
-                                                                        "'300MB'."),
+                                                                        "'2GB', or auto (default: settings)."),
                    threads:Optional[int] = typer.Option(None, help='DuckDB threads (default: '
                                                                    'settings).'),
                    engine:Optional[str] = typer.Option(None, help='duckdb or clickhouse: the tools on that engine '

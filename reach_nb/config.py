@@ -34,8 +34,9 @@ class Settings:
     trace_dir: str = 'traces'
     # threads for the analysis tools' DuckDB connection; 0 = DuckDB's default (all cores)
     duckdb_threads: int = 0
-    # empty = DuckDB's default (80% of RAM); DuckDB spills to disk beyond it
-    duckdb_memory_limit: str = '300MB'
+    # auto = half the dataset file's size, 300MB to a quarter of RAM; empty = DuckDB's default (80% of RAM);
+    # DuckDB spills to disk beyond it
+    duckdb_memory_limit: str = 'auto'
     # where the analysis tools run their queries: duckdb (the file itself) or clickhouse (its copy)
     engine: str = 'duckdb'
     # the clickhouse engine's server or cluster (http(s)://user:password@host:port, or chdb:///folder); empty = the

@@ -424,13 +424,13 @@ def bench_data(rows:int=10_000_000, # transactions in the dataset
                sides:tuple|None=None) -> dict: # keys of `_SIDES` to run; default all, reach_nb first
     ("Time and peak memory of the concentration analysis: reach_nb's tools on DuckDB and on ClickHouse vs "
      "polars and pandas, fresh processes.")
-    from reach_nb.risk.db import duckdb_config
+    from reach_nb.risk.db import duckdb_config, sized
     unknown = set(sides or ()) - set(_SIDES)
     if unknown: raise ValueError(f"no side {sorted(unknown)}: choose from {list(_SIDES)}")
     sides = [s for s in _SIDES if s in (sides or _SIDES)]
     _need(sides)
-    settings = duckdb_config() | dict(settings or {})  # what the tools' connection really runs with
     path, built = ensure_bench_dataset(rows, db)
+    settings = sized(duckdb_config() | dict(settings or {}), path)  # what the tools' connection really runs with
     copy = any(_SIDES[s].reads == 'parquet' for s in sides)
     parquet, written = ensure_bench_parquet(path) if copy else (None, None)
     database, copied = ensure_clickhouse_copy(path) if 'clickhouse' in sides else (None, None)
@@ -503,7 +503,7 @@ def print_data_bench(r:dict):
 # %% ../../nbs/91_bench_data.ipynb #33a0bf07
 def bench_data_cli(rows:int|list=10_000_000, # transactions in the dataset (built on first use); several: the growth
                    repeat:int=3, # runs per side
-                   memory_limit:str|None=None, # e.g. '300MB': DuckDB's memory_limit on the tools' connection
+                   memory_limit:str|None=None, # e.g. '2GB' or 'auto': DuckDB's memory_limit on the tools' connection
                    threads:int|None=None, # DuckDB threads on the tools' connection
                    engine:str|None=None, # 'duckdb' or 'clickhouse': reach_nb on that engine only; default both
                    without:tuple=(), # peers to leave out: 'polars', 'pandas'

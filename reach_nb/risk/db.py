@@ -4,7 +4,7 @@
 
 # %% ../../nbs/41_risk_db.ipynb #8fa5ad93
 from __future__ import annotations
-import re, threading, weakref
+import os, re, threading, weakref
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
@@ -15,9 +15,9 @@ from ..config import load_settings
 from ..tools import short_repr, suggest_name
 
 # %% auto #0
-__all__ = ['DATASETS', 'DIMENSIONS', 'DEFAULT_DIMS', 'FILTER_COLUMNS', 'DIM_ALIASES', 'TIME_SQL', 'tiny_dataset', 'check_column',
-           'check_filters', 'Window', 'make_window', 'QueryTimeout', 'Rows', 'duckdb_config', 'configure_duckdb',
-           'lock_down', 'RiskDB', 'Query']
+__all__ = ['DATASETS', 'DIMENSIONS', 'DEFAULT_DIMS', 'FILTER_COLUMNS', 'DIM_ALIASES', 'AUTO_FLOOR', 'TIME_SQL', 'tiny_dataset',
+           'check_column', 'check_filters', 'Window', 'make_window', 'QueryTimeout', 'Rows', 'duckdb_config',
+           'auto_memory_limit', 'sized', 'configure_duckdb', 'lock_down', 'RiskDB', 'Query']
 
 # %% ../../nbs/41_risk_db.ipynb #978b4fbd
 _TINY_TABLES = """
@@ -278,6 +278,21 @@ def duckdb_config(settings=None) -> dict:
     return {k: v for k, v in dict(threads=s.duckdb_threads,
                                   memory_limit=s.duckdb_memory_limit).items() if v}
 
+AUTO_FLOOR = 300_000_000  # bytes: the least `memory_limit = auto` gives a dataset
+
+def auto_memory_limit(path:str|Path) -> str:
+    ("The DuckDB `memory_limit` that `auto` means for the dataset file at `path`: half its size, "
+     "at least 300MB, at most a quarter of the machine's memory.")
+    want = max(AUTO_FLOOR, Path(path).stat().st_size // 2)
+    if hasattr(os, 'sysconf'):
+        want = min(want, os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 4)
+    return f"{want // 10**6}MB"
+
+def sized(config:dict, path:str|Path) -> dict:
+    "`config` with a `memory_limit` of `auto` replaced by `auto_memory_limit(path)`."
+    if str(config.get('memory_limit', '')).lower() != 'auto': return dict(config)
+    return dict(config) | {'memory_limit': auto_memory_limit(path)}
+
 def _locked(con) -> bool:
     return bool(con.execute("SELECT current_setting('lock_configuration')").fetchone()[0])
 
@@ -318,7 +333,7 @@ _OPENING = threading.Lock()
 
 def _open_locked(path:Path, config:dict):
     "A read-only connection to `path` with the DuckDB options `config`, locked down."
-    with _OPENING: return _open(path, config)
+    with _OPENING: return _open(path, sized(config, path))
 
 def _open(path:Path, config:dict):
     con, key = duckdb.connect(str(path), read_only=True), str(path.resolve())
