@@ -778,6 +778,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'reach_nb.config.find_settings_file': ('config.html#find_settings_file', 'reach_nb/config.py'),
                                  'reach_nb.config.listen_error': ('config.html#listen_error', 'reach_nb/config.py'),
                                  'reach_nb.config.load_settings': ('config.html#load_settings', 'reach_nb/config.py'),
+                                 'reach_nb.config.memory_limit_bytes': ('config.html#memory_limit_bytes', 'reach_nb/config.py'),
+                                 'reach_nb.config.memory_limit_value': ('config.html#memory_limit_value', 'reach_nb/config.py'),
                                  'reach_nb.config.project_root': ('config.html#project_root', 'reach_nb/config.py'),
                                  'reach_nb.config.read_capped': ('config.html#read_capped', 'reach_nb/config.py'),
                                  'reach_nb.config.read_ini': ('config.html#read_ini', 'reach_nb/config.py'),

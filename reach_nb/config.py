@@ -12,9 +12,9 @@ from pathlib import Path
 from .core import UserError
 
 # %% auto #0
-__all__ = ['MAX_FILE_BYTES', 'MAX_YAML_NODES', 'MAX_YAML_DEPTH', 'Settings', 'read_ini', 'find_settings_file', 'load_settings',
-           'project_root', 'resolve_path', 'cache_dir', 'data_path', 'shipped', 'read_capped', 'check_yaml',
-           'listen_error']
+__all__ = ['MIN_MEMORY_LIMIT', 'MAX_FILE_BYTES', 'MAX_YAML_NODES', 'MAX_YAML_DEPTH', 'Settings', 'memory_limit_bytes',
+           'memory_limit_value', 'read_ini', 'find_settings_file', 'load_settings', 'project_root', 'resolve_path',
+           'cache_dir', 'data_path', 'shipped', 'read_capped', 'check_yaml', 'listen_error']
 
 # %% ../nbs/01_config.ipynb #45c1b1f4
 @dataclass
@@ -72,6 +72,7 @@ def _value(f, raw, where:str):
     t, lo = type(f.default), _RANGES.get(f.name, (None, True))
     try: v = t(raw.strip() if isinstance(raw, str) else raw)
     except (TypeError, ValueError): v = None
+    if f.name == 'duckdb_memory_limit': return memory_limit_value(v, where)
     if f.name in _CHOICES: v = str(v).lower()
     if f.name in _CHOICES and v not in _CHOICES[f.name]:
         raise UserError(f"{f.name} must be one of {', '.join(_CHOICES[f.name])}, got {raw!r}", where,
@@ -81,6 +82,28 @@ def _value(f, raw, where:str):
     rule = _rule(f.name, _KINDS[t])
     raise UserError(f"{f.name} must be {rule}, got {raw!r}", where,
                     f"give {rule} (the default is {f.default!r})")
+
+# %% ../nbs/01_config.ipynb #d76af6fb
+_SIZE = re.compile(r'(\d+(?:\.\d+)?)\s*(bytes|b|[kmgt]i?b?)', re.I)
+MIN_MEMORY_LIMIT = 64_000_000  # bytes: the least memory limit a setting may give
+
+def memory_limit_bytes(text:str) -> float|None:
+    "The bytes a DuckDB size such as '2GB', '512MiB' or '1.5 G' stands for; None if `text` is not one."
+    if not (m := _SIZE.fullmatch(str(text).strip()[:40])): return None
+    unit = m[2].lower()  # its first letter is the power of 1000 (or of 1024 with an i)
+    return float(m[1]) * (1024 if 'i' in unit else 1000) ** 'bkmgt'.index(unit[0])
+
+def memory_limit_value(raw, where:str) -> str:
+    ("A `duckdb_memory_limit` as DuckDB takes it: 'auto', a size of at least 64 MB, a share such as "
+     "'50%', or '' for DuckDB's default (also for 0); a `UserError` naming `where` if not.")
+    v = '' if raw is None else str(raw).strip()
+    if v in ('', '0') or v.lower() == 'auto': return v.lower() if v != '0' else ''
+    if m := re.fullmatch(r'(\d+(?:\.\d+)?)\s*%', v):
+        if 0 < float(m[1]) <= 100: return v
+    elif (n := memory_limit_bytes(v)) is not None and n >= MIN_MEMORY_LIMIT: return v
+    raise UserError(f"duckdb_memory_limit must be auto, a size of at least 64MB or a share of memory, "
+                    f"got {str(raw)[:60]!r}", where,
+                    "give e.g. auto, 2GB, 512MiB or 50% (empty or 0: DuckDB's default; the default is auto)")
 
 # %% ../nbs/01_config.ipynb #83237fd7
 _KNOWN = [f.name for f in fields(Settings) if f.name != 'api_key']

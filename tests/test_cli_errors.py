@@ -28,6 +28,18 @@ def test_bad_setting_in_the_environment_names_the_variable(tmp_path, script, val
     _one_error_line(r, 'max_steps', f"got '{value}' in REACH_MAX_STEPS: ")
 
 
+@pytest.mark.parametrize('value', ['lots', '100', '10KB', '120%'])
+def test_bad_memory_limit_is_named_before_duckdb_sees_it(tmp_path, value):
+    "DuckDB would stop the first query with its parser's traceback; the setting is checked on loading."
+    r = run_reach('demo', cwd=tmp_path, env=clean_env(REACH_DUCKDB_MEMORY_LIMIT=value))
+    _one_error_line(r, 'duckdb_memory_limit must be auto', f"got '{value}' in REACH_DUCKDB_MEMORY_LIMIT: ")
+
+
+def test_bad_memory_limit_option_of_bench_data(tmp_path):
+    r = run_reach('bench', 'data', '--rows', '1000', '--memory-limit', '5MB', cwd=tmp_path)
+    _one_error_line(r, "got '5MB' in option --memory-limit: give e.g. auto, 2GB")
+
+
 @pytest.mark.parametrize('text, line, what', [
     ('[reach]\nmodel = echo\nmax_steps = many\n', 3, "max_steps must be a whole number of at least 1, got 'many'"),
     ('model = echo\n[reach]\n', 1, "setting 'model' outside a section"),

@@ -511,6 +511,8 @@ def bench_data_cli(rows:int|list=10_000_000, # transactions in the dataset (buil
                    plot:str|Path|None=None) -> list[dict]: # draw `plot_growth` into this image file
     "`reach bench data`: run `bench_data` at each size and print its table; with several sizes, the growth too."
     from reach_nb.core import UserError
+    from reach_nb.config import memory_limit_value
+    if memory_limit is not None: memory_limit = memory_limit_value(memory_limit, 'option --memory-limit')
     settings = {k: v for k, v in dict(memory_limit=memory_limit,
                                       threads=threads).items() if v is not None}
     if engine not in (None, *_ENGINES.values()):

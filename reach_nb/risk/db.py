@@ -289,9 +289,12 @@ def auto_memory_limit(path:str|Path) -> str:
     return f"{want // 10**6}MB"
 
 def sized(config:dict, path:str|Path) -> dict:
-    "`config` with a `memory_limit` of `auto` replaced by `auto_memory_limit(path)`."
-    if str(config.get('memory_limit', '')).lower() != 'auto': return dict(config)
-    return dict(config) | {'memory_limit': auto_memory_limit(path)}
+    ("`config` with a `memory_limit` of `auto` replaced by `auto_memory_limit(path)`, and an empty one "
+     "left out (DuckDB's default).")
+    config, limit = dict(config), str(config.get('memory_limit', '')).strip().lower()
+    if limit == 'auto': config['memory_limit'] = auto_memory_limit(path)
+    elif limit in ('', '0'): config.pop('memory_limit', None)
+    return config
 
 def _locked(con) -> bool:
     return bool(con.execute("SELECT current_setting('lock_configuration')").fetchone()[0])
@@ -306,7 +309,7 @@ def configure_duckdb(con, options:dict): # e.g. {'threads': 1, 'memory_limit': '
             "e.g. RiskDB(path, config={'threads': 1}).")
         return owner.reconfigure(options).con
     for k, v in options.items():
-        if not re.fullmatch(r'[a-z_]+', str(k)) or not re.fullmatch(r'[\w. ]+', str(v)):
+        if not re.fullmatch(r'[a-z_]+', str(k)) or not re.fullmatch(r'[\w. %]+', str(v)):
             raise ValueError(f"Bad DuckDB option {k!r} = {v!r}: use a setting name like 'threads' "
                              "or 'memory_limit' and a plain value like 2 or '300MB'.")
         con.execute(f"SET {k} = '{v}'")
