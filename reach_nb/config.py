@@ -60,6 +60,7 @@ _RANGES = {  # setting: (lowest allowed, whether the lowest itself is allowed)
     'request_timeout': (0, False), 'max_observation_chars': (0, True), 'duckdb_threads': (0, True)}
 _KINDS = {int: 'a whole number', float: 'a number', str: 'text'}
 _CHOICES = {'engine': ('duckdb', 'clickhouse')}  # settings that take one of a few words
+_URL = re.compile(r'https?://[^\s/?#]+[^\s]*', re.I)  # what base_url may be
 
 def _rule(name:str, kind:str) -> str:
     lo, inclusive = _RANGES.get(name, (None, True))
@@ -73,6 +74,9 @@ def _value(f, raw, where:str):
     try: v = t(raw.strip() if isinstance(raw, str) else raw)
     except (TypeError, ValueError): v = None
     if f.name == 'duckdb_memory_limit': return memory_limit_value(v, where)
+    if f.name == 'base_url' and v and not _URL.fullmatch(v):
+        raise UserError(f"base_url must be an http:// or https:// address, got {str(raw)[:80]!r}", where,
+                        "give e.g. http://127.0.0.1:8000/v1 (empty: the openai SDK's default)")
     if f.name in _CHOICES: v = str(v).lower()
     if f.name in _CHOICES and v not in _CHOICES[f.name]:
         raise UserError(f"{f.name} must be one of {', '.join(_CHOICES[f.name])}, got {raw!r}", where,

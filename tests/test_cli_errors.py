@@ -58,6 +58,8 @@ def test_bad_settings_file_names_file_and_line(tmp_path, script, text, line, wha
     (['ask', 'Why?', '--max-steps', '0'], ['got 0 in option --max-steps']),
     (['ask', 'Why?', '--max-steps', '-2'], ['got -2 in option --max-steps']),
     (['ask', 'Why?', '--timeout', '0'], ['request_timeout must be a number above 0', 'option --timeout']),
+    (['ask', 'Why?', '--model', 'openai:x', '--base-url', 'notaurl'],
+     ["base_url must be an http:// or https:// address, got 'notaurl' in option --base-url"]),
     (['ask', ''], ['the question is empty in the QUESTION argument']),
     (['ask', '   '], ['the question is empty']),
     (['ask'], ['no question in reach ask', '--file']),
