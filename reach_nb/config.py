@@ -101,7 +101,8 @@ def memory_limit_value(raw, where:str) -> str:
     ("A `duckdb_memory_limit` as DuckDB takes it: 'auto', a size of at least 64 MB, a share such as "
      "'50%', or '' for DuckDB's default (also for 0); a `UserError` naming `where` if not.")
     v = '' if raw is None else str(raw).strip()
-    if v in ('', '0') or v.lower() == 'auto': return v.lower() if v != '0' else ''
+    if v in ('', '0'): return ''  # DuckDB's default
+    if v.lower() == 'auto': return 'auto'
     if m := re.fullmatch(r'(\d+(?:\.\d+)?)\s*%', v):
         if 0 < float(m[1]) <= 100: return v
     elif (n := memory_limit_bytes(v)) is not None and n >= MIN_MEMORY_LIMIT: return v
