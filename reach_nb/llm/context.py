@@ -118,10 +118,16 @@ def step_summary(steps:list[Step], i:int, limit:int=200) -> str:
 
 # %% ../../nbs/11_context.ipynb #a46a8b97
 def _status(s:Step) -> str:
+    ("How a step went: a call that was not run (a repeat the guard answered, one over the per-step "
+     "cap) says so, and names no error it did not have.")
     if s.answer is not None: return 'answered'
     if not s.actions: return 'unusable reply'
-    bad = [o.error or '?' for o in s.observations if not o.ok]
-    return 'failed: ' + ', '.join(bad) if bad else 'ok'
+    failed = [o.error for o in s.observations if not o.ok and o.error]
+    parts = [f"failed: {', '.join(failed)}"] if failed else []
+    if any(not o.ok and not o.error for o in s.observations):
+        repeat = any(g.kind in ('intervention', 'repeat_stop') for g in s.safeguards)
+        parts.append('repeat, not run' if repeat else 'not run')
+    return '; '.join(parts) or 'ok'
 
 def status_table(steps:list[Step]) -> str:
     ("One row per run of steps with the same tools and status: which steps, their tools "
