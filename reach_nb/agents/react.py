@@ -285,20 +285,21 @@ def decide(value:dict, # a parsed reply
 # %% ../../nbs/21_react.ipynb #4d773d84
 def observation_message(calls:list[ToolCall], obs:list[Observation]) -> str:
     "The user message that shows the model what its calls returned."
-    return '\n\n'.join(f"Observation for {c}" + ('' if o.ok else f" (FAILED, {o.error})")
-                       + f":\n{o.content}" for c, o in zip(calls, obs))
+    head = lambda o: '' if o.ok else f" (FAILED, {o.error})" if o.error else ' (NOT RUN)'
+    return '\n\n'.join(f"Observation for {c}{head(o)}:\n{o.content}" for c, o in zip(calls, obs))
 
 # %% ../../nbs/21_react.ipynb #f6bde916
-_OBS_HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \(FAILED, (?P<error>\w+)\))?:')
+_OBS_HEAD = re.compile(r'Observation for (?P<call>(?P<tool>[^\s(]+)\(.*?\))(?: \((?:FAILED, (?P<error>\w+)|(?P<not_run>NOT RUN))\))?:')
 
 def read_observation_message(text:str) -> list[Shown]:
     ("The results in an `observation_message`, in order: what a model in a ReAct conversation was "
-     "shown.")
+     "shown; a call that was not run has the error 'not run', as in ReWOO's evidence.")
     out = []
     for block in re.split(r'\n\n(?=Observation for )', text):
         head, _, body = block.partition('\n')
         if h := _OBS_HEAD.fullmatch(head):
-            out.append(Shown(h['tool'], h['call'], not h['error'], body, h['error']))
+            error = 'not run' if h['not_run'] else h['error']
+            out.append(Shown(h['tool'], h['call'], not error, body, error))
     return out
 
 # %% ../../nbs/21_react.ipynb #ec6ac870

@@ -996,7 +996,8 @@ def _told_to_answer(messages:list[dict]) -> bool:
 
 def _failure(s:Seen) -> str:
     "What went wrong with a call, in one line."
-    return f"{s.call} failed ({s.error}): {s.text.splitlines()[0][:200].rstrip('.') if s.text else ''}"
+    how = 'was not run' if s.error == 'not run' else f'failed ({s.error})'
+    return f"{s.call} {how}: {s.text.splitlines()[0][:200].rstrip('.') if s.text else ''}"
 
 def _correcting(reply:dict, last:Seen) -> dict:
     "`reply`, with a thought that says it corrects the failed call `last`."

