@@ -131,6 +131,8 @@ def copy_to_clickhouse(db:str|Path, # a finished DuckDB risk dataset
             e.execute(f'CREATE TABLE "{new}"."{t}" ({clickhouse_columns(con, t)}) ENGINE = MergeTree '
                       f"ORDER BY {SORT_KEYS.get(t, 'tuple()')}")
             e.load(new, t, con, tmp)
+            # merged into one part now, not in the background of whichever process opens the engine next
+            e.execute(f'OPTIMIZE TABLE "{new}"."{t}" FINAL')
             bar.update(1)
     bar.close()
     e.execute(f'DROP DATABASE IF EXISTS "{name}" SYNC')
